@@ -1,0 +1,59 @@
+"""`perfgate compare A.json B.json`: B against A with the verdict logic of a live run."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from perfgate import report, results as results_mod
+from perfgate.baselines import BaselineEntry
+from perfgate.config import load_settings
+from perfgate.gate import evaluate
+from perfgate.metrics import Metric
+from perfgate.verdict import fails, Outcome
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="compare two results files; exit 1 on a regression")
+    p.add_argument("baseline", type=Path, help="results JSON taken as the reference")
+    p.add_argument("current", type=Path, help="results JSON to judge")
+    p.add_argument("--strict", action="store_true", help="fail on noisy verdicts too")
+    p.add_argument("--gate", choices=("auto", "all", "ratios"), help="which metrics can fail")
+    p.add_argument("--allow-hardware-mismatch", action="store_true",
+                   help="compare results from different hardware ids anyway")
+    p.add_argument("--markdown", type=Path, help="also write a Markdown summary here")
+    p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    a, b = results_mod.load(args.baseline), results_mod.load(args.current)
+    if a["hardware_id"] != b["hardware_id"] and not args.allow_hardware_mismatch:
+        raise ValueError(f"{args.current} is from hardware id {b['hardware_id']!r} but {args.baseline} is from "
+                         f"{a['hardware_id']!r}: numbers from different machines are not comparable; pass "
+                         f"--allow-hardware-mismatch to compare anyway")
+    settings = load_settings(args.root)
+    if args.gate:
+        settings.gate = args.gate
+    ref = {(r.test_id, r.metric): r for r in results_mod.metric_results(a)}
+    out = []
+    for r in results_mod.metric_results(b):
+        base = ref.get((r.test_id, r.metric))
+        entry = None
+        if base is not None:
+            entry = BaselineEntry(unit=base.unit, better=base.better, summary=base.summary, tol=base.tol,
+                                  provenance=f"results file {args.baseline}", when=a.get("created"),
+                                  commit=a.get("commit"), software=(a.get("fingerprint") or {}).get("software"))
+        metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, tol=r.tol)
+        out.append(evaluate(r.test_id, metric, entry, settings=settings, hardware_id=b["hardware_id"]))
+    title = f"perfgate compare: {args.current} vs {args.baseline} ({b['hardware_id']})"
+    Console(width=160).print(report.table(out, title))
+    software = (b.get("fingerprint") or {}).get("software")
+    failing = [r for r in out if r.gated and fails(Outcome(r.outcome), strict=args.strict)]
+    for r in failing:
+        print("REGRESSION " + report.regression_line(r, software))
+    if args.markdown:
+        args.markdown.write_text(report.markdown(out, hardware_id=b["hardware_id"], commit=b.get("commit"),
+                                                 current_software=software))
+    return 1 if failing else 0

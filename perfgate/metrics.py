@@ -1,0 +1,107 @@
+"""Typed metrics: a name, a unit, a direction, and repeated samples summarised robustly.
+
+Medians and MAD rather than means and standard deviations: one descheduled iteration
+on a shared CI machine must not move the number we gate on.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+import numpy as np
+
+MAX_STORED_SAMPLES = 200
+
+# Unit -> family. The family picks the default tolerance and whether the metric is a
+# ratio measured inside one run (gated everywhere) or an absolute figure (gated on GPU ids).
+UNIT_FAMILIES: dict[str, str] = {
+    "GB/s": "bandwidth", "MB/s": "bandwidth", "GiB/s": "bandwidth", "Gbit/s": "bandwidth",
+    "tok/s": "throughput", "req/s": "throughput", "samples/s": "throughput", "IOPS": "throughput",
+    "it/s": "throughput",
+    "ns": "latency", "us": "latency", "ms": "latency", "s": "latency",
+    "B": "memory", "KiB": "memory", "MiB": "memory", "GiB": "memory", "MB": "memory", "GB": "memory",
+    "x": "ratio",
+    "fraction": "fraction",
+    "count": "count",
+}
+RATIO_FAMILIES = frozenset({"ratio", "fraction"})
+DIRECTIONS = ("higher", "lower")
+
+
+class MetricError(ValueError):
+    """A metric was recorded with an unknown unit, bad direction or unusable samples."""
+
+
+def unit_family(unit: str) -> str:
+    try:
+        return UNIT_FAMILIES[unit]
+    except KeyError:
+        raise MetricError(f"unknown unit {unit!r}; known units: {', '.join(sorted(UNIT_FAMILIES))}") from None
+
+
+@dataclass(frozen=True)
+class Summary:
+    median: float
+    mad: float
+    iqr: float
+    min: float
+    max: float
+    mean: float
+    n: int
+    samples: tuple[float, ...]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["samples"] = list(self.samples)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Summary":
+        samples = tuple(float(x) for x in d.get("samples") or ())
+        if not samples:
+            samples = (float(d["median"]),)
+        return cls(median=float(d["median"]), mad=float(d.get("mad", 0.0)), iqr=float(d.get("iqr", 0.0)),
+                   min=float(d.get("min", d["median"])), max=float(d.get("max", d["median"])),
+                   mean=float(d.get("mean", d["median"])), n=int(d.get("n", len(samples))), samples=samples)
+
+
+def summarize(samples: Iterable[float]) -> Summary:
+    values = [float(x) for x in samples]
+    if not values:
+        raise MetricError("no samples: a metric needs at least one measurement")
+    bad = [x for x in values if not math.isfinite(x)]
+    if bad:
+        raise MetricError(f"non-finite samples {bad[:3]}: a measurement failed upstream")
+    arr = np.asarray(values)
+    med = float(np.median(arr))
+    q1, q3 = np.percentile(arr, [25, 75])
+    return Summary(median=med, mad=float(np.median(np.abs(arr - med))), iqr=float(q3 - q1),
+                   min=float(arr.min()), max=float(arr.max()), mean=float(arr.mean()), n=len(values),
+                   samples=tuple(values[:MAX_STORED_SAMPLES]))
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One recorded metric of one test: what a baseline entry and a result entry describe."""
+
+    name: str
+    unit: str
+    better: str
+    summary: Summary
+    tol: float | None = None  # per-record override; None means "from config"
+
+    def __post_init__(self):
+        if self.better not in DIRECTIONS:
+            raise MetricError(f"metric {self.name!r}: better must be 'higher' or 'lower', got {self.better!r}")
+        unit_family(self.unit)
+        if self.tol is not None and (not isinstance(self.tol, (int, float)) or self.tol < 0 or not math.isfinite(self.tol)):
+            raise MetricError(f"metric {self.name!r}: tol must be a non-negative number, got {self.tol!r}")
+
+    @property
+    def family(self) -> str:
+        return unit_family(self.unit)
+
+    @property
+    def is_ratio(self) -> bool:
+        return self.family in RATIO_FAMILIES

@@ -1,0 +1,80 @@
+"""The `perf` fixture's object: what a test calls to record measurements.
+
+It only collects. Comparison happens in the plugin after the test body returns, so a
+test can never contain its own pass/fail logic for a performance number.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable, Sequence
+
+from perfgate.metrics import Metric, MetricError, summarize
+
+
+class PerfRecorder:
+    def __init__(self, test_id: str):
+        self.test_id = test_id
+        self.attempts: list[dict[str, Metric]] = [{}]
+        self.attachments: dict[str, Any] = {}
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first measurement, 2.. when the plugin re-measures a suspected regression."""
+        return len(self.attempts)
+
+    @property
+    def metrics(self) -> dict[str, Metric]:
+        """Metrics of the current (latest) attempt."""
+        return self.attempts[-1]
+
+    def record(self, name: str, samples: Sequence[float], *, unit: str, better: str,
+               tol: float | None = None) -> Metric:
+        """Record repeated measurements of one metric. ``tol`` overrides the unit family default."""
+        if not name or not isinstance(name, str):
+            raise MetricError(f"metric name must be a non-empty string, got {name!r}")
+        if name in self.metrics:
+            raise MetricError(f"{self.test_id}: metric {name!r} recorded twice in one run")
+        if isinstance(samples, (int, float)):
+            samples = [samples]
+        metric = Metric(name=name, unit=unit, better=better, summary=summarize(samples), tol=tol)
+        self.metrics[name] = metric
+        return metric
+
+    def attach(self, name: str, data: Any) -> None:
+        """Keep raw data (per-request timings, per-iteration samples) beside the results."""
+        json.dumps(data)  # fail here, in the test, if it cannot be saved later
+        self.attachments[name] = data
+
+    def time_callable(self, name: str, fn: Callable[[], Any], *, rounds: int = 20, warmup: int = 3,
+                      unit: str = "us", benchmark=None, tol: float | None = None) -> Metric:
+        """Time an in-process callable and record its per-call times.
+
+        With a live pytest-benchmark fixture its calibrated runner does the timing and we
+        take its raw per-round data; pytest-benchmark switches itself off under xdist, and
+        then a plain perf_counter loop does the same job.
+        """
+        scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[unit]
+        if benchmark is not None and not getattr(benchmark, "disabled", True):
+            benchmark.pedantic(fn, rounds=rounds, warmup_rounds=warmup, iterations=1)
+            data = list(benchmark.stats.stats.data)
+        else:
+            for _ in range(warmup):
+                fn()
+            data = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                fn()
+                data.append(time.perf_counter() - t0)
+        return self.record(name, [x * scale for x in data], unit=unit, better="lower", tol=tol)
+
+    def new_attempt(self) -> None:
+        self.attempts.append({})
+
+    def pooled(self, name: str) -> list[float]:
+        """All samples of a metric across attempts: more samples, more power for a re-measured verdict."""
+        out: list[float] = []
+        for attempt in self.attempts:
+            if name in attempt:
+                out.extend(attempt[name].summary.samples)
+        return out

@@ -1,0 +1,128 @@
+"""The results document of one run: every recorded metric with its verdict, as JSON.
+
+This is the hand-over format between a run and everything after it: `--perf-save`
+writes it, `perfgate refresh` turns it into baselines, `perfgate compare` diffs two of
+them, `perfgate report` plots a history of them.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfgate.atomic import write_json_atomic
+from perfgate.baselines import BaselineEntry, now_iso
+from perfgate.metrics import Summary
+
+SCHEMA_VERSION = 1
+KIND = "perfgate-results"
+
+
+class ResultsError(ValueError):
+    """A results file is unreadable; the message names the file."""
+
+
+@dataclass
+class MetricResult:
+    test_id: str
+    area: str
+    metric: str
+    unit: str
+    better: str
+    tol: float
+    gated: bool
+    summary: Summary
+    verdict: dict
+    baseline: dict | None = None  # summary + provenance of the baseline compared against
+    attempts: int = 1
+    rerun: str = ""
+    tainted: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"test_id": self.test_id, "area": self.area, "metric": self.metric, "unit": self.unit,
+                "better": self.better, "tol": self.tol, "gated": self.gated, "summary": self.summary.to_dict(),
+                "verdict": self.verdict, "baseline": self.baseline, "attempts": self.attempts,
+                "rerun": self.rerun, "tainted": self.tainted}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "MetricResult":
+        return cls(test_id=d["test_id"], area=d["area"], metric=d["metric"], unit=d["unit"], better=d["better"],
+                   tol=d["tol"], gated=d.get("gated", True), summary=Summary.from_dict(d["summary"]),
+                   verdict=d.get("verdict") or {}, baseline=d.get("baseline"), attempts=d.get("attempts", 1),
+                   rerun=d.get("rerun", ""), tainted=d.get("tainted") or [])
+
+    @property
+    def outcome(self) -> str:
+        return self.verdict.get("outcome", "new")
+
+
+def area_of(test_id: str) -> str:
+    """``perf/collectives/test_x.py::...`` -> ``collectives``; other paths -> their folder name."""
+    path = test_id.split("::", 1)[0]
+    parts = Path(path).parts
+    if "perf" in parts and parts.index("perf") + 2 <= len(parts) - 1:
+        return parts[parts.index("perf") + 1]
+    return parts[-2] if len(parts) >= 2 else "misc"
+
+
+def git_commit(cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
+                           capture_output=True, text=True, timeout=10).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def make_document(results: list[MetricResult], *, hardware_id: str, fingerprint: dict, commit: str | None,
+                  attachments: dict[str, dict[str, Any]] | None = None, interrupted: bool = False,
+                  skipped_by_budget: list[str] | None = None) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "kind": KIND, "created": now_iso(), "hardware_id": hardware_id,
+            "commit": commit, "fingerprint": fingerprint, "interrupted": interrupted,
+            "skipped_by_budget": skipped_by_budget or [],
+            "results": [r.to_dict() for r in results], "attachments": attachments or {}}
+
+
+def save(path: Path, document: dict) -> None:
+    write_json_atomic(Path(path), document)
+
+
+def load(path: Path) -> dict:
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such results file; write one with `pytest --perf-save {path}`") from None
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}), perhaps truncated; "
+                           f"re-run with --perf-save") from None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        raise ResultsError(f"{path}: not a perfgate results file (kind != {KIND!r}); "
+                           f"results files are written by `pytest --perf-save PATH`")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ResultsError(f"{path}: results schema {doc.get('schema_version')!r}, this perfgate reads "
+                           f"{SCHEMA_VERSION}; re-run the suite with this perfgate")
+    return doc
+
+
+def metric_results(doc: dict) -> list[MetricResult]:
+    return [MetricResult.from_dict(r) for r in doc.get("results", [])]
+
+
+def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
+    """Results -> {area: {test_id: {metric: BaselineEntry}}}, provenance ``measured``."""
+    software = (doc.get("fingerprint") or {}).get("software")
+    out: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
+    for r in metric_results(doc):
+        if r.tainted and not include_tainted:
+            continue
+        entry = BaselineEntry(unit=r.unit, better=r.better, summary=r.summary, tol=r.tol, provenance="measured",
+                              when=doc.get("created"), commit=doc.get("commit"), software=software)
+        out.setdefault(r.area, {}).setdefault(r.test_id, {})[r.metric] = entry
+    return out

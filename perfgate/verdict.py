@@ -1,0 +1,137 @@
+"""Regression decisions: pure functions over numbers, no I/O.
+
+A change must be both *large* (relative change of medians beyond the tolerance) and
+*significant* (one-sided Mann-Whitney U on the samples) to count as a regression. A large
+but insignificant change is ``noisy``: re-measured, then reported. With baselines that
+carry too few samples for a rank test (imported reference numbers), a sign test asks
+whether every current sample lies beyond the tolerance band around the baseline median.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+from scipy import stats
+
+ALPHA = 0.05
+MIN_SAMPLES_FOR_RANK_TEST = 3
+
+
+class Outcome(str, enum.Enum):
+    PASS = "pass"
+    REGRESSION = "regression"
+    NOISY = "noisy"
+    IMPROVED = "improved"
+    NEW = "new"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    change: float | None  # signed worsening: > 0 is worse; relative, or absolute for fractions
+    tol: float
+    p_value: float | None
+    explanation: str
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["outcome"] = self.outcome.value
+        return d
+
+
+def worsening(baseline: float, current: float, better: str, *, absolute: bool = False) -> float:
+    """How much worse ``current`` is than ``baseline`` (negative: better).
+
+    Relative to the baseline unless ``absolute`` (for fractions, where 0.30 -> 0.33 is a
+    change of 0.03 whatever the base)."""
+    diff = (baseline - current) if better == "higher" else (current - baseline)
+    if absolute:
+        return diff
+    if baseline == 0:
+        return 0.0 if diff == 0 else math.copysign(math.inf, diff)
+    return diff / abs(baseline)
+
+
+def _p_worse(baseline: Sequence[float], current: Sequence[float], better: str) -> float:
+    """One-sided p-value that current is stochastically worse than baseline."""
+    alternative = "less" if better == "higher" else "greater"
+    return float(stats.mannwhitneyu(current, baseline, alternative=alternative, method="auto").pvalue)
+
+
+def _p_beyond(band_edge: float, current: Sequence[float], better: str, worse: bool) -> float:
+    """Sign test: p of seeing this many samples beyond the band edge if each were a coin flip."""
+    if worse:
+        k = sum(1 for x in current if (x < band_edge if better == "higher" else x > band_edge))
+    else:
+        k = sum(1 for x in current if (x > band_edge if better == "higher" else x < band_edge))
+    return float(stats.binomtest(k, len(current), 0.5, alternative="greater").pvalue)
+
+
+def decide(
+    baseline: Sequence[float] | None,
+    current: Sequence[float],
+    *,
+    better: str,
+    tol: float,
+    absolute_tol: bool = False,
+    abs_floor: float = 0.0,
+    alpha: float = ALPHA,
+    baseline_median: float | None = None,
+) -> Verdict:
+    """Compare current samples with baseline samples for one metric.
+
+    ``abs_floor``: changes smaller than this in the metric's own unit always pass (a 1 us
+    swing on a 15 us latency is 7 % and meaningless). ``baseline_median`` overrides the
+    median of ``baseline`` (imported reference numbers carry a median, not samples).
+    """
+    if better not in ("higher", "lower"):
+        raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
+    if tol < 0 or not math.isfinite(tol):
+        raise ValueError(f"tolerance must be a non-negative finite number, got {tol!r}")
+    if not current:
+        raise ValueError("no current samples")
+    cur = sorted(float(x) for x in current)
+    cur_med = _median(cur)
+    if baseline is None or (not baseline and baseline_median is None):
+        return Verdict(Outcome.NEW, None, tol, None, "no baseline for this test and hardware id")
+    base = [float(x) for x in baseline]
+    base_med = baseline_median if baseline_median is not None else _median(sorted(base))
+    change = worsening(base_med, cur_med, better, absolute=absolute_tol)
+    unit_word = "" if absolute_tol else "%"
+    shown = f"{change * (1 if absolute_tol else 100):+.{3 if absolute_tol else 1}f}{unit_word}"
+    limit = f"{tol * (1 if absolute_tol else 100):.{3 if absolute_tol else 1}f}{unit_word}"
+    if abs(cur_med - base_med) <= abs_floor or abs(change) <= tol:
+        return Verdict(Outcome.PASS, change, tol, None, f"change {shown} within tolerance {limit}")
+    worse = change > 0
+    if len(base) >= MIN_SAMPLES_FOR_RANK_TEST and len(cur) >= MIN_SAMPLES_FOR_RANK_TEST and baseline_median is None:
+        p = _p_worse(base, cur, better) if worse else _p_worse(cur, base, better)
+        test = "Mann-Whitney U"
+    else:
+        sign = 1 if (better == "higher") == (not worse) else -1
+        edge = base_med + sign * (tol if absolute_tol else tol * abs(base_med))
+        p = _p_beyond(edge, cur, better, worse)
+        test = "sign test vs tolerance band"
+    significant = p < alpha
+    if worse and significant:
+        return Verdict(Outcome.REGRESSION, change, tol, p,
+                       f"worse by {shown} (tolerance {limit}), {test} p={p:.3g}")
+    if worse:
+        return Verdict(Outcome.NOISY, change, tol, p,
+                       f"worse by {shown} (tolerance {limit}) but not significant ({test} p={p:.3g}): noisy")
+    if significant:
+        return Verdict(Outcome.IMPROVED, change, tol, p,
+                       f"better by {shown[1:]} ({test} p={p:.3g}): consider refreshing the baseline")
+    return Verdict(Outcome.PASS, change, tol, p, f"better by {shown[1:]}, not significant")
+
+
+def _median(sorted_values: Sequence[float]) -> float:
+    n = len(sorted_values)
+    mid = n // 2
+    return sorted_values[mid] if n % 2 else (sorted_values[mid - 1] + sorted_values[mid]) / 2
+
+
+def fails(outcome: Outcome, *, strict: bool = False) -> bool:
+    """Whether an outcome fails a gated test. Noisy fails only under --perf-strict."""
+    return outcome is Outcome.REGRESSION or (strict and outcome is Outcome.NOISY)

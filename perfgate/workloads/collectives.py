@@ -1,0 +1,261 @@
+"""Collective communication engine: one timing loop, many small op specs (nccl-tests style).
+
+Each op is an :class:`OpDef` of callbacks: buffer sizes, initial data *and the expected
+result*, the bus-bandwidth factor, and the call itself. :func:`run` times every size of a
+:class:`CollectiveSpec` on every rank and returns per-size samples. Sizes follow
+nccl-tests: ``size`` is the bytes of the largest buffer a rank sees (all_gather's output,
+reduce_scatter's input), algbw = size / time, busbw = algbw * factor(n).
+
+Timing: on CPU, perf_counter around ``iters`` back-to-back calls after a barrier; on
+GPU, CUDA events, and for small messages the ``iters`` calls are captured once in a
+CUDA graph and replayed, so Python launch overhead does not masquerade as NCCL latency.
+The time of a sample is the slowest rank's (an all-reduce of the per-rank times with MAX).
+
+Correctness: after timing, every op runs once more on fresh, rank-specific data and the
+output is compared element by element with the expected result; ``wrong`` counts the
+mismatches (the test asserts it is 0).
+
+Test-only knob: ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>`` (an integer >= 1) makes every
+timed iteration issue the collective k times, which divides bandwidth by k. It exists so
+the regression gate can be shown to fire on a real slowdown; never set it otherwise.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+SLOWDOWN_ENV = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    op: str
+    sizes: tuple[int, ...]          # bytes, nccl-tests convention
+    dtype: str = "float32"
+    samples: int = 7                # timed samples per size (each the mean of `iters` calls)
+    warmup: int = 3
+    target_sample_s: float = 0.02   # iters per sample are chosen so a sample takes about this long
+    max_iters: int = 200
+    graph_max_bytes: int = 1 << 20  # CUDA-graph capture for sizes up to this (GPU only)
+
+    def __post_init__(self):
+        if self.op not in OPS:
+            raise ValueError(f"unknown collective {self.op!r}; known: {', '.join(OPS)}")
+        if not self.sizes or any(s <= 0 for s in self.sizes):
+            raise ValueError(f"sizes must be positive byte counts, got {self.sizes}")
+        if self.samples < 1 or self.warmup < 0:
+            raise ValueError(f"samples must be >= 1 and warmup >= 0, got {self.samples}, {self.warmup}")
+
+
+@dataclass
+class SizeResult:
+    size_bytes: int
+    count: int                       # elements in the per-rank input buffer
+    iters: int
+    time_us: list[float] = field(default_factory=list)
+    algbw_gbps: list[float] = field(default_factory=list)
+    busbw_gbps: list[float] = field(default_factory=list)
+    wrong: int = 0
+    graph: bool = False
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything op-specific. ``n``: world size, ``elems``: elements of the size in bytes."""
+
+    bus_factor: Callable[[int], float]
+    input_elems: Callable[[int, int], int]   # (elems, n) -> elements in each rank's input
+    output_elems: Callable[[int, int], int]
+    # (torch, inp, out, rank, n) -> expected output tensor, given inputs made by _fill
+    expected: Callable
+    call: Callable                           # (dist, inp, out, rank, n) -> None
+    divisible_by_world: bool = False
+
+
+def _fill(torch, elems: int, rank: int, device, dtype):
+    """Rank-specific small integers: exact in every float type we use, so checks are exact."""
+    idx = torch.arange(elems, device=device, dtype=torch.int64)
+    return ((idx % 13) + rank + 1).to(dtype)
+
+
+def _sum_expected(torch, elems, n, device, dtype):
+    idx = torch.arange(elems, device=device, dtype=torch.int64)
+    return ((idx % 13) * n + n * (n + 1) // 2).to(dtype)
+
+
+def _all_reduce(dist, inp, out, rank, n):
+    dist.all_reduce(inp)
+
+
+def _all_gather(dist, inp, out, rank, n):
+    dist.all_gather_into_tensor(out, inp)
+
+
+def _reduce_scatter(dist, inp, out, rank, n):
+    dist.reduce_scatter_tensor(out, inp)
+
+
+def _all_to_all(dist, inp, out, rank, n):
+    dist.all_to_all_single(out, inp)
+
+
+def _broadcast(dist, inp, out, rank, n):
+    dist.broadcast(inp, src=0)
+
+
+def _send_recv(dist, inp, out, rank, n):
+    ops = [dist.P2POp(dist.isend, inp, (rank + 1) % n), dist.P2POp(dist.irecv, out, (rank - 1) % n)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+
+
+def _expected_all_gather(torch, inp, out, rank, n):
+    return torch.cat([_fill(torch, inp.numel(), r, inp.device, inp.dtype) for r in range(n)])
+
+
+def _expected_reduce_scatter(torch, inp, out, rank, n):
+    chunk = out.numel()
+    full = _sum_expected(torch, inp.numel(), n, inp.device, inp.dtype)
+    return full[rank * chunk:(rank + 1) * chunk]
+
+
+def _expected_all_to_all(torch, inp, out, rank, n):
+    chunk = inp.numel() // n
+    parts = [_fill(torch, inp.numel(), r, inp.device, inp.dtype)[rank * chunk:(rank + 1) * chunk] for r in range(n)]
+    return torch.cat(parts)
+
+
+OP_DEFS: dict[str, OpDef] = {
+    "all_reduce": OpDef(lambda n: 2 * (n - 1) / n, lambda e, n: e, lambda e, n: 0,
+                        lambda torch, i, o, r, n: _sum_expected(torch, i.numel(), n, i.device, i.dtype), _all_reduce),
+    "all_gather": OpDef(lambda n: (n - 1) / n, lambda e, n: e // n, lambda e, n: (e // n) * n,
+                        _expected_all_gather, _all_gather, divisible_by_world=True),
+    "reduce_scatter": OpDef(lambda n: (n - 1) / n, lambda e, n: (e // n) * n, lambda e, n: e // n,
+                            _expected_reduce_scatter, _reduce_scatter, divisible_by_world=True),
+    "all_to_all": OpDef(lambda n: (n - 1) / n, lambda e, n: (e // n) * n, lambda e, n: (e // n) * n,
+                        _expected_all_to_all, _all_to_all, divisible_by_world=True),
+    "broadcast": OpDef(lambda n: 1.0, lambda e, n: e, lambda e, n: 0,
+                       lambda torch, i, o, r, n: _fill(torch, i.numel(), 0, i.device, i.dtype), _broadcast),
+    "send_recv": OpDef(lambda n: 1.0, lambda e, n: e, lambda e, n: e,
+                       lambda torch, i, o, r, n: _fill(torch, i.numel(), (r - 1) % n, i.device, i.dtype), _send_recv),
+}
+
+
+def _slowdown() -> int:
+    raw = os.environ.get(SLOWDOWN_ENV, "1")
+    try:
+        k = int(raw)
+    except ValueError:
+        raise ValueError(f"{SLOWDOWN_ENV} must be an integer >= 1, got {raw!r}") from None
+    if k < 1:
+        raise ValueError(f"{SLOWDOWN_ENV} must be >= 1, got {k}")
+    return k
+
+
+class _Timer:
+    """Wall time of a region: CUDA events on GPU, perf_counter on CPU."""
+
+    def __init__(self, torch, device):
+        self.torch, self.cuda = torch, device.type == "cuda"
+
+    def __call__(self, fn: Callable[[], None]) -> float:
+        torch = self.torch
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+
+def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: int, slowdown: int) -> SizeResult:
+    dtype = getattr(torch, spec.dtype)
+    esize = torch.tensor([], dtype=dtype).element_size()
+    n, rank, device = ctx.world_size, ctx.rank, ctx.device
+    elems = max(size // esize, n if opdef.divisible_by_world else 1)
+    if opdef.divisible_by_world:
+        elems = max(n, (elems // n) * n)
+    in_elems, out_elems = opdef.input_elems(elems, n), opdef.output_elems(elems, n)
+    inp = _fill(torch, in_elems, rank, device, dtype)
+    init = inp.clone()
+    out = torch.empty(max(out_elems, 1), device=device, dtype=dtype)
+    run_once = lambda: [opdef.call(dist, inp, out, rank, n) for _ in range(slowdown)]  # noqa: E731
+    timer = _Timer(torch, device)
+    ctx.phase(f"{spec.op} {size} B warm-up")
+    for _ in range(max(spec.warmup, 1)):
+        run_once()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    dist.barrier()
+    one = timer(run_once)
+    # agree on the iteration count, or ranks would wait on each other inside the loop
+    est = torch.tensor([one], device=device, dtype=torch.float64)
+    dist.all_reduce(est, op=dist.ReduceOp.MAX)
+    iters = int(min(spec.max_iters, max(1, spec.target_sample_s / max(est.item(), 1e-7))))
+    if spec.op == "all_reduce":
+        iters = min(iters, 50)  # values grow by n each call; 50 keeps small ints far from overflow
+    use_graph = device.type == "cuda" and size <= spec.graph_max_bytes
+    body = lambda: [run_once() for _ in range(iters)]  # noqa: E731
+    if use_graph:
+        ctx.phase(f"{spec.op} {size} B graph capture")
+        graph = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            run_once()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            body()
+        body = graph.replay
+        body()
+        torch.cuda.synchronize()
+    res = SizeResult(size_bytes=elems * esize if spec.op != "all_gather" else out_elems * esize,
+                     count=in_elems, iters=iters, graph=use_graph)
+    if spec.op in ("all_gather", "reduce_scatter", "all_to_all"):
+        res.size_bytes = max(in_elems, out_elems) * esize
+    factor = opdef.bus_factor(n)
+    for i in range(spec.samples):
+        inp.copy_(init)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier()
+        ctx.phase(f"{spec.op} {size} B sample {i}")
+        t = torch.tensor([timer(body) / iters], device=device, dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        sec = t.item()
+        algbw = res.size_bytes / sec / 1e9
+        res.time_us.append(sec * 1e6)
+        res.algbw_gbps.append(algbw)
+        res.busbw_gbps.append(algbw * factor)
+    # correctness on fresh data, outside the timed region
+    ctx.phase(f"{spec.op} {size} B check")
+    inp.copy_(init)
+    out.fill_(-1)
+    opdef.call(dist, inp, out, rank, n)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    got = out[:out_elems] if out_elems else inp
+    expected = opdef.expected(torch, init, got, rank, n)
+    res.wrong = int((got != expected).sum().item())
+    return res
+
+
+def run(spec: CollectiveSpec, ctx) -> list[dict]:
+    """Worker entry point (see perfgate.launch): per-size results as plain dicts."""
+    import torch
+    import torch.distributed as dist
+
+    opdef = OP_DEFS[spec.op]
+    slowdown = _slowdown()
+    out = []
+    for size in spec.sizes:
+        out.append(vars(_measure_size(torch, dist, ctx, spec, opdef, size, slowdown)))
+    return out

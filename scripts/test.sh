@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up, then run everything that must pass: perfgate's own tests, the correctness
+# properties, and the CPU perf suite (gated on in-run ratios and correctness).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
+.venv/bin/python -m pytest tests correctness -p no:cacheprovider -q "$@"
+.venv/bin/python -m pytest -m cpu perf/ -p no:cacheprovider --perf-save results/ci-perf.json \
+  --perf-markdown results/ci-summary.md "$@"

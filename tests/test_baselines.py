@@ -1,0 +1,68 @@
+"""BaselineStore: atomic writes, merge, .prev, and clear errors for bad files."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+
+import pytest
+
+from perfgate.baselines import BaselineEntry, BaselineError, BaselineStore
+from perfgate.metrics import summarize
+
+HW = "cpu-Test-2c"
+
+
+def entry(median: float) -> BaselineEntry:
+    return BaselineEntry(unit="GB/s", better="higher", summary=summarize([median] * 5), tol=0.05,
+                         provenance="measured", when="2026-11-30T00:00:00+00:00", commit="abc")
+
+
+def test_round_trip_and_merge(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write(HW, "collectives", {"t1": {"busbw_gbps": entry(10)}})
+    store.write(HW, "collectives", {"t2": {"busbw_gbps": entry(20)}})
+    loaded = store.load(HW, "collectives")
+    assert loaded["t1"]["busbw_gbps"].summary.median == 10
+    assert loaded["t2"]["busbw_gbps"].summary.median == 20
+    assert store.lookup(HW, "collectives", "t3", "busbw_gbps") is None
+    assert store.hardware_ids() == [HW]
+    prev = json.loads((tmp_path / HW / "collectives.json.prev").read_text())
+    assert list(prev["entries"]) == ["t1"]  # the version before the last write is recoverable
+
+
+def test_no_temp_files_left(tmp_path):
+    store = BaselineStore(tmp_path)
+    store.write(HW, "a", {"t": {"m": entry(1)}})
+    leftovers = [p.name for p in (tmp_path / HW).iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+@pytest.mark.parametrize("content, match", [
+    ('{"kind": "perfgate-baseline", "schema_version": 1, "entries": {"t": {"m": {"un', "not valid JSON"),
+    ('{"kind": "perfgate-baseline", "schema_version": 99, "entries": {}}', "schema version 99"),
+    ('{"kind": "something-else"}', "not a perfgate baseline"),
+    ('{"kind": "perfgate-baseline", "schema_version": 1, "entries": {"t": {"m": {"unit": "GB/s"}}}}', "malformed"),
+])
+def test_bad_files_give_clear_errors(tmp_path, content, match):
+    path = tmp_path / HW / "x.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    with pytest.raises(BaselineError, match=match) as info:
+        BaselineStore(tmp_path).load(HW, "x")
+    assert str(path) in str(info.value)
+
+
+def _writer(root, i):
+    BaselineStore(root).write(HW, "shared", {f"t{i}": {"m": entry(i)}})
+
+
+def test_concurrent_writers_lose_no_entries(tmp_path):
+    # several processes merging into one file at once (xdist workers refreshing): the lock keeps all
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(str(tmp_path), i)) for i in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert all(p.exitcode == 0 for p in procs)
+    assert sorted(BaselineStore(tmp_path).load(HW, "shared")) == sorted(f"t{i}" for i in range(6))

@@ -1,0 +1,90 @@
+"""Metric summaries and tolerance configuration."""
+from __future__ import annotations
+
+import pytest
+
+from perfgate.config import ConfigError, load_settings
+from perfgate.gate import is_gated, tolerance
+from perfgate.metrics import MAX_STORED_SAMPLES, Metric, MetricError, summarize
+
+
+def test_summary_is_robust():
+    s = summarize([1, 2, 3, 4, 100])
+    assert s.median == 3 and s.mad == 1 and s.n == 5 and s.min == 1 and s.max == 100
+    assert s.iqr == pytest.approx(2.0)
+
+
+def test_summary_caps_stored_samples_but_counts_all():
+    s = summarize(range(1, 1000))
+    assert s.n == 999 and len(s.samples) == MAX_STORED_SAMPLES
+
+
+@pytest.mark.parametrize("bad", [[], [float("nan")], [1.0, float("inf")]])
+def test_bad_samples_are_refused(bad):
+    with pytest.raises(MetricError):
+        summarize(bad)
+
+
+def test_metric_validation():
+    s = summarize([1.0])
+    with pytest.raises(MetricError, match="unknown unit"):
+        Metric("x", "furlongs", "higher", s)
+    with pytest.raises(MetricError, match="better"):
+        Metric("x", "GB/s", "up", s)
+    with pytest.raises(MetricError, match="tol"):
+        Metric("x", "GB/s", "higher", s, tol=-1)
+
+
+def write(tmp_path, text):
+    (tmp_path / "pyproject.toml").write_text(text)
+    return tmp_path
+
+
+def test_tolerance_precedence(tmp_path):
+    root = write(tmp_path, """
+[tool.perfgate.tolerances]
+latency = 0.2
+[tool.perfgate.overrides]
+"perf/a/*::test_x*" = 0.3
+"perf/a/*::test_x*@busbw_gbps" = 0.4
+""")
+    s = load_settings(root)
+    lat = Metric("time_us", "us", "lower", summarize([1.0]))
+    bw = Metric("busbw_gbps", "GB/s", "higher", summarize([1.0]), tol=0.01)
+    own = Metric("time_us", "us", "lower", summarize([1.0]), tol=0.07)
+    assert tolerance(s, "perf/b/t.py::test_y", lat) == 0.2          # family, from config
+    assert tolerance(s, "perf/b/t.py::test_y", own) == 0.07         # the test's own tol
+    assert tolerance(s, "perf/a/t.py::test_x[1]", own) == 0.3       # test-id override beats the test
+    assert tolerance(s, "perf/a/t.py::test_x[1]", bw) == 0.4        # metric override is most specific
+
+
+@pytest.mark.parametrize("text, match", [
+    ('[tool.perfgate.tolerances]\nlatency = "ten"', "must be a number"),
+    ('[tool.perfgate.tolerances]\nlatency = -0.1', "non-negative"),
+    ('[tool.perfgate.tolerances]\nspeed = 0.1', "unknown unit family"),
+    ('[tool.perfgate]\ngate = "sometimes"', "gate"),
+    ('[tool.perfgate]\nretries = -1', "retries"),
+    ('[tool.perfgate]\ncolour = 1', "unknown key"),
+    ('[tool.perfgate\n', "not valid TOML"),
+])
+def test_malformed_config_names_file_and_key(tmp_path, text, match):
+    root = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=match) as info:
+        load_settings(root)
+    assert str(root / "pyproject.toml") in str(info.value)
+
+
+def test_tolerances_toml_in_baselines_folder(tmp_path):
+    root = write(tmp_path, "[tool.perfgate]\nretries = 2\n")
+    (tmp_path / "baselines").mkdir()
+    (tmp_path / "baselines" / "tolerances.toml").write_text('[overrides]\n"*gloo*" = 0.5\n')
+    s = load_settings(root)
+    assert s.retries == 2 and s.overrides == {"*gloo*": 0.5}
+
+
+def test_gating_modes():
+    assert is_gated("x", "cpu-AMD-EPYC-2c", "auto")
+    assert not is_gated("GB/s", "cpu-AMD-EPYC-2c", "auto")
+    assert is_gated("GB/s", "2xH200-NV18", "auto")
+    assert is_gated("GB/s", "cpu-AMD-EPYC-2c", "all")
+    assert not is_gated("GB/s", "2xH200-NV18", "ratios")
