@@ -178,10 +178,25 @@ def software_versions() -> dict[str, str | None]:
     return versions
 
 
+def _visible(gpu: dict[str, Any]) -> dict[str, Any]:
+    """Keep only the GPUs CUDA_VISIBLE_DEVICES exposes (by index): those are the machine we measure."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or not gpu["gpus"]:
+        return gpu
+    try:
+        keep = [int(v) for v in visible.split(",") if v.strip() and int(v) >= 0]
+    except ValueError:  # UUIDs or MIG ids: describe the whole machine
+        return gpu
+    keep = [i for i in keep if i < len(gpu["gpus"])]
+    gpu["gpus"] = [gpu["gpus"][i] for i in keep]
+    gpu["links"] = [[gpu["links"][i][j] for j in keep] for i in keep]
+    return gpu
+
+
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> dict[str, Any]:
-    """Everything we know about this machine, JSON-ready."""
-    gpu = _gpu_facts()
+    """Everything we know about this machine (the GPUs visible to us), JSON-ready."""
+    gpu = _visible(_gpu_facts())
     software = software_versions()
     software["driver"] = gpu.pop("driver")
     software["cuda_driver"] = gpu.pop("cuda_driver")
@@ -218,12 +233,7 @@ def hardware_id(fp: dict[str, Any] | None = None) -> str:
 
 def gpu_count() -> int:
     """GPUs visible to this process, honouring CUDA_VISIBLE_DEVICES, without touching CUDA."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    total = len(fingerprint()["gpus"])
-    if visible is None:
-        return total
-    ids = [v for v in visible.split(",") if v.strip() not in ("", "-1")]
-    return min(total, len(ids))
+    return len(fingerprint()["gpus"])
 
 
 def has_nvlink() -> bool:

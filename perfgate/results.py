@@ -7,6 +7,7 @@ them, `perfgate report` plots a history of them.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,9 @@ def area_of(test_id: str) -> str:
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
+    """HEAD (+ "-dirty"), or PERFGATE_GIT_COMMIT where the tree was copied without .git (GPU runners)."""
+    if os.environ.get("PERFGATE_GIT_COMMIT"):
+        return os.environ["PERFGATE_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd, capture_output=True,
                              text=True, timeout=10)
