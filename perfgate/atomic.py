@@ -14,6 +14,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp creates 0600; baselines are shared, committed files
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=1, sort_keys=False)
             fh.write("\n")

@@ -41,19 +41,22 @@ class BaselineEntry:
     commit: str | None = None
     software: dict | None = None
     source: str | None = None  # for imported numbers: the section of the report
+    spread: dict | None = None  # from `perfgate calibrate`: run-to-run spread and the tolerance it proposed
 
     def to_dict(self) -> dict:
         d = {"unit": self.unit, "better": self.better, "tol": self.tol, "summary": self.summary.to_dict(),
              "provenance": self.provenance, "when": self.when, "commit": self.commit, "software": self.software}
         if self.source:
             d["source"] = self.source
+        if self.spread:
+            d["spread"] = self.spread
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "BaselineEntry":
         return cls(unit=d["unit"], better=d["better"], summary=Summary.from_dict(d["summary"]), tol=d.get("tol"),
                    provenance=d.get("provenance", "measured"), when=d.get("when"), commit=d.get("commit"),
-                   software=d.get("software"), source=d.get("source"))
+                   software=d.get("software"), source=d.get("source"), spread=d.get("spread"))
 
     @property
     def is_imported(self) -> bool:

@@ -22,11 +22,14 @@ def is_gated(unit: str, hardware_id: str, gate: str) -> bool:
     return ratio or not hardware_id.startswith("cpu-")
 
 
-def tolerance(settings: Settings, test_id: str, metric: Metric) -> float:
-    """Config overrides win over the test's own ``tol``, which wins over the family default."""
+def tolerance(settings: Settings, test_id: str, metric: Metric, entry: BaselineEntry | None = None) -> float:
+    """Precedence: a config override, then a tolerance calibrated on this machine (stored with the
+    baseline by `perfgate calibrate --write`), then the test's own ``tol``, then the family default."""
     override = settings.override_for(test_id, metric.name)
     if override is not None:
         return override
+    if entry is not None and entry.spread and entry.tol is not None:
+        return float(entry.tol)
     if metric.tol is not None:
         return float(metric.tol)
     return settings.tolerances[metric.family]
@@ -44,7 +47,7 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
     """Verdict for ``metric`` (or for ``samples`` pooled over re-measurements) against ``entry``."""
     values = samples if samples is not None else list(metric.summary.samples)
     summary = summarize(values)
-    tol = tolerance(settings, test_id, metric)
+    tol = tolerance(settings, test_id, metric, entry)
     absolute = metric.family == "fraction"
     if entry is None:
         verdict = decide(None, values, better=metric.better, tol=tol, absolute_tol=absolute)

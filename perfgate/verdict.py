@@ -102,7 +102,8 @@ def decide(
     unit_word = "" if absolute_tol else "%"
     shown = f"{change * (1 if absolute_tol else 100):+.{3 if absolute_tol else 1}f}{unit_word}"
     limit = f"{tol * (1 if absolute_tol else 100):.{3 if absolute_tol else 1}f}{unit_word}"
-    if abs(cur_med - base_med) <= abs_floor or abs(change) <= tol:
+    # a hair of slack: a change of exactly `tol` must not fail through float rounding
+    if abs(cur_med - base_med) <= abs_floor or abs(change) <= tol * (1 + 1e-9) + 1e-12:
         return Verdict(Outcome.PASS, change, tol, None, f"change {shown} within tolerance {limit}")
     worse = change > 0
     if len(base) >= MIN_SAMPLES_FOR_RANK_TEST and len(cur) >= MIN_SAMPLES_FOR_RANK_TEST and baseline_median is None:

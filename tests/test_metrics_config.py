@@ -88,3 +88,16 @@ def test_gating_modes():
     assert is_gated("GB/s", "2xH200-NV18", "auto")
     assert is_gated("GB/s", "cpu-AMD-EPYC-2c", "all")
     assert not is_gated("GB/s", "2xH200-NV18", "ratios")
+
+
+def test_calibrated_baseline_tolerance_beats_the_tests_own(tmp_path):
+    from perfgate.baselines import BaselineEntry
+
+    s = load_settings(write(tmp_path, ""))
+    own = Metric("time_us", "us", "lower", summarize([1.0]), tol=0.07)
+    plain = BaselineEntry(unit="us", better="lower", summary=summarize([1.0]), tol=0.3, provenance="measured")
+    calibrated = BaselineEntry(unit="us", better="lower", summary=summarize([1.0]), tol=0.3, provenance="measured",
+                               spread={"run_to_run": 0.1, "proposed_tol": 0.3})
+    assert tolerance(s, "perf/b/t.py::test_y", own, plain) == 0.07       # a plain refresh does not change tol
+    assert tolerance(s, "perf/b/t.py::test_y", own, calibrated) == 0.3   # a calibrated one does
+    assert BaselineEntry.from_dict(calibrated.to_dict()).spread == calibrated.spread

@@ -1,0 +1,288 @@
+"""`perfgate calibrate [options] [--] PYTEST_ARGS`: measure run-to-run spread, propose tolerances.
+
+A tolerance should sit just above what this machine does to a number from one run to
+the next. Within-run samples understate that (they share the process, the clocks, the
+page cache); so calibrate runs the selected tests N times in fresh pytest processes and
+looks at the spread of the N run medians:
+
+    spread  = 1.4826 * MAD(run medians) / median(run medians)   (absolute for fractions)
+    propose = max(floor, k * spread)
+
+and prints, per metric, the configured tolerance, the proposal, the false-alarm rate of
+each (one run against a one-run baseline whose medians both scatter with ``spread``:
+P(false alarm) = 1 - Phi(tol / (spread * sqrt 2))) and the minimum detectable regression
+at the chosen false-alarm rate alpha and power: (z(1-alpha) + z(power)) * spread * sqrt 2.
+These are upper bounds on false alarms: the gate also asks for a significant rank test.
+
+With --write, the N runs' pooled samples become the baseline for this hardware id, with
+the proposed tolerance and the spread stored beside them (after review, or --yes).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress
+from rich.table import Table
+from scipy.stats import norm
+
+from perfgate import results as results_mod
+from perfgate.baselines import BaselineEntry, BaselineStore, now_iso
+from perfgate.config import load_settings
+from perfgate.gate import tolerance
+from perfgate.metrics import Metric, summarize
+from perfgate.report import _fmt, short_id
+from perfgate.results import area_of
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal sample * this = its standard deviation
+DEFAULT_FLOOR = 0.02
+DEFAULT_FRACTION_FLOOR = 0.01
+
+
+_OWN_OPTIONS = {"--runs", "--k", "--floor", "--fraction-floor", "--alpha", "--power", "--write", "--yes",
+                "--include-tainted", "--hardware-id", "--baselines", "--root", "--keep"}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="run tests N times, measure run-to-run spread, propose tolerances",
+                       description="perfgate calibrate [options] [--] PYTEST_ARGS (options go before the tests)")
+    p.add_argument("--runs", type=int, default=5, help="fresh pytest runs (default 5; at least 3)")
+    p.add_argument("--k", type=float, default=3.0, help="tolerance = max(floor, k * spread) (default 3)")
+    p.add_argument("--floor", type=float, default=DEFAULT_FLOOR,
+                   help=f"smallest relative tolerance proposed (default {DEFAULT_FLOOR})")
+    p.add_argument("--fraction-floor", type=float, default=DEFAULT_FRACTION_FLOOR,
+                   help=f"smallest absolute tolerance proposed for fractions (default {DEFAULT_FRACTION_FLOOR})")
+    p.add_argument("--alpha", type=float, default=0.01, help="false-alarm rate for the detectable regression (0.01)")
+    p.add_argument("--power", type=float, default=0.8, help="detection probability for the detectable regression")
+    p.add_argument("--write", action="store_true", help="store pooled samples, spread and proposal as the baseline")
+    p.add_argument("--yes", "-y", action="store_true", help="with --write: write without asking")
+    p.add_argument("--include-tainted", action="store_true", help="also use metrics measured on a busy machine")
+    p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
+    p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
+    p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
+    p.add_argument("--keep", type=Path, help="keep each run's results JSON in this folder")
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="tests and pytest options, e.g. -m cpu perf/")
+    p.set_defaults(func=run)
+
+
+class CalibrateError(ValueError):
+    """A calibration run produced no results; the message has pytest's last lines."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The spread of one metric over N runs and what follows from it."""
+
+    test_id: str
+    metric: str
+    unit: str
+    better: str
+    run_medians: tuple[float, ...]
+    pooled: tuple[float, ...]
+    within: float | None     # median over runs of the within-run robust spread
+    spread: float | None     # between-run robust spread of the medians (relative; absolute for fractions)
+    proposed: float | None
+    configured: float
+
+    @property
+    def absolute(self) -> bool:
+        return self.unit == "fraction"
+
+
+def robust_spread(values, *, absolute: bool = False) -> float | None:
+    """1.4826 * MAD, relative to the median unless ``absolute``; None when undefined."""
+    arr = np.asarray(list(values), dtype=float)
+    if arr.size < 2:
+        return None
+    med = float(np.median(arr))
+    mad = float(np.median(np.abs(arr - med))) * MAD_TO_SIGMA
+    if absolute:
+        return mad
+    return None if med == 0 else mad / abs(med)
+
+
+def propose(spread: float | None, *, k: float, floor: float) -> float | None:
+    return None if spread is None else max(floor, k * spread)
+
+
+def false_alarm_rate(tol: float, spread: float | None) -> float | None:
+    """P(one run's median is worse than a one-run baseline's by more than tol) under pure noise."""
+    if spread is None:
+        return None
+    if spread == 0:
+        return 0.0
+    return float(norm.sf(tol / (spread * math.sqrt(2))))
+
+
+def detectable(spread: float | None, *, alpha: float, power: float) -> float | None:
+    """Smallest true regression one run flags with probability ``power`` at false-alarm rate ``alpha``."""
+    if spread is None:
+        return None
+    return float((norm.isf(alpha) + norm.ppf(power)) * spread * math.sqrt(2))
+
+
+def calibrate_docs(docs: list[dict], settings, *, k: float, floor: float, fraction_floor: float,
+                   include_tainted: bool = False) -> list[Calibration]:
+    """Pool N results documents into one Calibration per (test, metric)."""
+    medians: dict[tuple[str, str], list[float]] = {}
+    pooled: dict[tuple[str, str], list[float]] = {}
+    within: dict[tuple[str, str], list[float]] = {}
+    meta: dict[tuple[str, str], results_mod.MetricResult] = {}
+    for doc in docs:
+        for r in results_mod.metric_results(doc):
+            if r.tainted and not include_tainted:
+                continue
+            key = (r.test_id, r.metric)
+            meta[key] = r
+            medians.setdefault(key, []).append(r.summary.median)
+            pooled.setdefault(key, []).extend(r.summary.samples)
+            w = robust_spread(r.summary.samples, absolute=r.unit == "fraction")
+            if w is not None:
+                within.setdefault(key, []).append(w)
+    out = []
+    for key, r in sorted(meta.items()):
+        absolute = r.unit == "fraction"
+        spread = robust_spread(medians[key], absolute=absolute) if len(medians[key]) >= 3 else None
+        metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary)
+        configured = tolerance(settings, r.test_id, metric)
+        out.append(Calibration(
+            test_id=r.test_id, metric=r.metric, unit=r.unit, better=r.better,
+            run_medians=tuple(medians[key]), pooled=tuple(pooled[key]),
+            within=float(np.median(within[key])) if within.get(key) else None, spread=spread,
+            proposed=propose(spread, k=k, floor=fraction_floor if absolute else floor), configured=configured))
+    return out
+
+
+def _pct(x: float | None, absolute: bool) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3f}" if absolute else f"{x * 100:.1f}%"
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.1%}" if x >= 0.001 else "<0.1%")
+
+
+def table(cals: list[Calibration], *, alpha: float, power: float, title: str) -> Table:
+    t = Table(title=title, header_style="bold")
+    for col, just in (("test", "left"), ("metric", "left"), ("runs", "right"), ("median", "right"),
+                      ("unit", "left"), ("within-run", "right"), ("run-to-run", "right"),
+                      ("configured tol", "right"), ("false alarms", "right"), ("proposed tol", "right"),
+                      ("false alarms", "right"), (f"detectable @α={alpha:g}", "right")):
+        t.add_column(col, justify=just, overflow="fold")
+    for c in cals:
+        fa_conf = false_alarm_rate(c.configured, c.spread)
+        fa_prop = false_alarm_rate(c.proposed, c.spread) if c.proposed is not None else None
+        style = "yellow" if fa_conf is not None and fa_conf > alpha else ""
+        conf = f"[{style}]{_pct(c.configured, c.absolute)}[/]" if style else _pct(c.configured, c.absolute)
+        t.add_row(escape(short_id(c.test_id)), c.metric, str(len(c.run_medians)),
+                  _fmt(float(np.median(c.run_medians))), c.unit, _pct(c.within, c.absolute),
+                  _pct(c.spread, c.absolute), conf, _rate(fa_conf), _pct(c.proposed, c.absolute), _rate(fa_prop),
+                  _pct(detectable(c.spread, alpha=alpha, power=power), c.absolute))
+    return t
+
+
+def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float, fraction_floor: float
+            ) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
+    last = docs[-1]
+    software = (last.get("fingerprint") or {}).get("software")
+    out: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
+    for c in cals:
+        if c.proposed is None:
+            continue  # too few runs measured it: nothing honest to store
+        spread = {"runs": len(c.run_medians), "run_medians": list(c.run_medians), "run_to_run": c.spread,
+                  "within_run": c.within, "k": k, "floor": fraction_floor if c.absolute else floor,
+                  "proposed_tol": c.proposed, "absolute": c.absolute, "when": now_iso()}
+        entry = BaselineEntry(unit=c.unit, better=c.better, summary=summarize(c.pooled), tol=c.proposed,
+                                provenance=f"measured: calibrate, pooled over {len(c.run_medians)} runs",
+                                when=last.get("created"), commit=last.get("commit"), software=software,
+                                spread=spread)
+        out.setdefault(area_of(c.test_id), {}).setdefault(c.test_id, {})[c.metric] = entry
+    return out
+
+
+def run_pytest(pytest_args: list[str], save: Path, *, root: Path, hardware_id: str | None) -> int:
+    cmd = [sys.executable, "-m", "pytest", *pytest_args, "--perf-save", str(save), "-p", "no:cacheprovider",
+           "--perf-retries", "0", "-q"]
+    if hardware_id:
+        cmd += ["--perf-hardware-id", hardware_id]
+    proc = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=dict(os.environ))
+    if proc.returncode not in (0, 1) or not save.exists():  # 1: some test failed; its numbers still count
+        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+        raise CalibrateError(f"pytest exited {proc.returncode} and wrote no results ({' '.join(cmd)}):\n{tail}")
+    return proc.returncode
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.runs < 3:
+        raise ValueError("--runs must be >= 3: a spread from fewer run medians is not a spread")
+    for name in ("alpha", "power"):
+        if not 0 < getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be between 0 and 1")
+    pytest_args = list(args.pytest_args)
+    if pytest_args and pytest_args[0] == "--":
+        pytest_args = pytest_args[1:]
+    else:
+        ours = sorted({a.split("=")[0] for a in pytest_args} & _OWN_OPTIONS)
+        if ours:
+            raise ValueError(f"{', '.join(ours)} came after the tests and would go to pytest: put perfgate "
+                             f"options first, e.g. `perfgate calibrate --runs 5 -- -m cpu perf/`")
+    root = args.root.resolve()
+    settings = load_settings(root, args.baselines.resolve() if args.baselines else None)
+    if args.baselines:
+        pytest_args += ["--perf-baselines", str(settings.baselines)]
+    console = Console(width=200)
+    with tempfile.TemporaryDirectory(prefix="perfgate-calibrate-") as tmp:
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        docs = []
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"calibrating: {args.runs} runs of pytest {' '.join(pytest_args)}",
+                                     total=args.runs)
+            for i in range(args.runs):
+                path = folder / f"run{i + 1}.json"
+                run_pytest(pytest_args, path, root=root, hardware_id=args.hardware_id)
+                docs.append(results_mod.load(path))
+                progress.advance(task)
+    hw = {d["hardware_id"] for d in docs}
+    if len(hw) != 1:
+        raise ValueError(f"runs report different hardware ids {sorted(hw)}; calibrate on one machine")
+    hardware_id = hw.pop()
+    cals = calibrate_docs(docs, settings, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor,
+                          include_tainted=args.include_tainted)
+    if not cals:
+        console.print("no metrics recorded: the selected tests record nothing (or every run was tainted)")
+        return 1
+    console.print(table(cals, alpha=args.alpha, power=args.power,
+                        title=f"perfgate calibrate: {hardware_id}, {args.runs} runs, k={args.k:g}"))
+    console.print(f"run-to-run = {MAD_TO_SIGMA} x MAD of the run medians (relative; absolute for fractions). "
+                  f"false alarms = P(noise alone exceeds the tolerance) for one run vs a one-run baseline; "
+                  f"detectable = smallest regression flagged with probability {args.power:g} at false-alarm rate "
+                  f"{args.alpha:g}. Yellow: the configured tolerance false-alarms more often than alpha.")
+    if not args.write:
+        return 0
+    by_area = entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor)
+    store = BaselineStore(settings.baselines)
+    count = sum(len(m) for e in by_area.values() for m in e.values())
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("not written: pass --yes to write without a terminal to confirm on", file=sys.stderr)
+            return 1
+        answer = input(f"write {count} calibrated metric(s) to {store.root / hardware_id}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("not written")
+            return 1
+    for area, area_entries in sorted(by_area.items()):
+        path = store.write(hardware_id, area, area_entries, fingerprint=docs[-1].get("fingerprint"))
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,121 @@
+"""`perfgate calibrate`: the spread arithmetic, pooling of runs, and one real end-to-end pass.
+
+The end-to-end pass runs a tiny synthetic perf test three times in fresh pytest
+processes (harness logic: the numbers are made up, the processes, files and baseline
+writes are real).
+"""
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+
+import pytest
+from scipy.stats import norm
+
+from perfgate import results as results_mod
+from perfgate.cli import main
+from perfgate.commands import calibrate as cal
+from perfgate.config import Settings
+from perfgate.metrics import summarize
+from perfgate.results import MetricResult
+
+
+def test_robust_spread_is_scaled_mad_over_median():
+    # medians 98, 100, 101, 103, 100 -> median 100, |dev| 2,0,1,3,0 -> MAD 1
+    assert cal.robust_spread([98, 100, 101, 103, 100]) == pytest.approx(0.014826)
+    assert cal.robust_spread([0.70, 0.72, 0.69], absolute=True) == pytest.approx(0.01 * 1.4826)
+    assert cal.robust_spread([5.0]) is None
+    assert cal.robust_spread([0.0, 0.0, 0.0]) is None  # relative spread of zero is undefined
+
+
+def test_proposal_respects_floor_and_k():
+    assert cal.propose(0.01, k=3, floor=0.02) == pytest.approx(0.03)
+    assert cal.propose(0.002, k=3, floor=0.02) == 0.02
+    assert cal.propose(None, k=3, floor=0.02) is None
+
+
+def test_false_alarm_rate_and_detectable_regression():
+    s = 0.02
+    # a tolerance of 3 spreads: one run vs one-run baseline differ by N(0, s*sqrt2)
+    assert cal.false_alarm_rate(3 * s, s) == pytest.approx(norm.sf(3 / math.sqrt(2)))
+    assert cal.false_alarm_rate(0.05, 0.0) == 0.0
+    # at alpha = 0.01 and power 0.5 the detectable change is the alpha threshold itself
+    assert cal.detectable(s, alpha=0.01, power=0.5) == pytest.approx(norm.isf(0.01) * s * math.sqrt(2))
+    assert cal.detectable(s, alpha=0.01, power=0.8) > cal.detectable(s, alpha=0.05, power=0.8)
+    assert cal.detectable(None, alpha=0.01, power=0.8) is None
+
+
+def _doc(medians_by_metric, tainted=False):
+    res = []
+    for (test, metric, unit), med in medians_by_metric.items():
+        res.append(MetricResult(test_id=test, area="demo", metric=metric, unit=unit, better="higher", tol=0.1,
+                                gated=True, summary=summarize([med * f for f in (0.99, 1.0, 1.01)]),
+                                verdict={"outcome": "new"}, tainted=["busy"] if tainted else []))
+    return results_mod.make_document(res, hardware_id="cpu-Test-2c", fingerprint={"software": {"torch": "x"}},
+                                     commit="abc")
+
+
+def test_calibrate_docs_pools_runs_and_reads_configured_tolerance(tmp_path):
+    key = ("perf/demo/test_a.py::test_a", "speedup", "x")
+    docs = [_doc({key: m}) for m in (98, 100, 101, 103, 100)] + [_doc({key: 50}, tainted=True)]
+    settings = Settings(baselines=tmp_path)
+    settings.overrides["perf/demo/*@speedup"] = 0.07
+    (c,) = cal.calibrate_docs(docs, settings, k=3, floor=0.02, fraction_floor=0.01)
+    assert c.run_medians == (98, 100, 101, 103, 100)  # the tainted run is left out
+    assert len(c.pooled) == 15
+    assert c.spread == pytest.approx(0.014826)
+    assert c.proposed == pytest.approx(3 * 0.014826)
+    assert c.configured == 0.07
+    (with_tainted,) = cal.calibrate_docs(docs, settings, k=3, floor=0.02, fraction_floor=0.01, include_tainted=True)
+    assert len(with_tainted.run_medians) == 6
+
+
+def test_fewer_than_three_runs_propose_nothing(tmp_path):
+    key = ("perf/demo/test_a.py::test_a", "speedup", "x")
+    (c,) = cal.calibrate_docs([_doc({key: 1.0}), _doc({key: 1.1})], Settings(baselines=tmp_path), k=3,
+                              floor=0.02, fraction_floor=0.01)
+    assert c.spread is None and c.proposed is None
+    assert cal.entries([c], [_doc({key: 1.0})], k=3, floor=0.02, fraction_floor=0.01) == {}
+
+
+def test_options_after_the_tests_are_refused(capsys):
+    assert main(["calibrate", "perf/", "--runs", "4"]) == 2
+    assert "put perfgate options first" in capsys.readouterr().err
+    assert main(["calibrate", "--runs", "2", "--", "perf/"]) == 2
+
+
+SYNTHETIC = textwrap.dedent('''
+    import random
+    import pytest
+
+    @pytest.mark.cpu
+    def test_speed(perf):
+        rng = random.Random()  # a new level every run: run-to-run spread of about 3 %
+        level = 4.0 * (1 + rng.gauss(0, 0.03))
+        perf.record("speedup", [level * (1 + rng.gauss(0, 0.005)) for _ in range(6)], unit="x", better="higher")
+        perf.record("hit_rate", [0.7 + rng.gauss(0, 0.002) for _ in range(6)], unit="fraction", better="higher")
+''')
+
+
+def test_calibrate_end_to_end_writes_spread_into_the_baseline(tmp_path, capsys):
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
+    (tmp_path / "perf" / "demo").mkdir(parents=True)
+    (tmp_path / "perf" / "demo" / "test_demo.py").write_text(SYNTHETIC)
+    keep = tmp_path / "runs"
+    code = main(["calibrate", "--runs", "3", "--root", str(tmp_path), "--hardware-id", "cpu-Test-2c", "--write",
+                 "--yes", "--include-tainted", "--keep", str(keep), "--", "perf/demo"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "perfgate calibrate: cpu-Test-2c, 3 runs" in out and "proposed tol" in out
+    assert sorted(p.name for p in keep.glob("*.json")) == ["run1.json", "run2.json", "run3.json"]
+    doc = json.loads((tmp_path / "baselines" / "cpu-Test-2c" / "demo.json").read_text())
+    speed = doc["entries"]["perf/demo/test_demo.py::test_speed"]["speedup"]
+    assert speed["summary"]["n"] == 18  # 3 runs x 6 samples, pooled
+    assert speed["provenance"].startswith("measured: calibrate")
+    spread = speed["spread"]
+    assert spread["runs"] == 3 and len(spread["run_medians"]) == 3
+    assert spread["proposed_tol"] == pytest.approx(max(0.02, 3 * spread["run_to_run"]))
+    assert speed["tol"] == spread["proposed_tol"]
+    hit = doc["entries"]["perf/demo/test_demo.py::test_speed"]["hit_rate"]
+    assert hit["spread"]["absolute"] is True and hit["spread"]["proposed_tol"] >= 0.01

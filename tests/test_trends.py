@@ -1,0 +1,191 @@
+"""History -> series -> step changes, and `perfgate report` writing PNG plots and a page.
+
+The histories here are synthetic results documents (harness logic: what a step is, what
+the report shows); the documents are the real format, written with the real writer.
+"""
+from __future__ import annotations
+
+import json
+import random
+
+import matplotlib.image
+import pytest
+
+from perfgate import results as results_mod, trends
+from perfgate.baselines import BaselineEntry, BaselineStore
+from perfgate.cli import main
+from perfgate.metrics import summarize
+from perfgate.results import MetricResult
+
+AR = "perf/collectives/test_collectives.py::test_all_reduce[nccl-2gpu-PIX-{}]"
+
+
+def result(test_id, metric, samples, *, unit="GB/s", better="higher", tol=0.05, tainted=(), baseline=None,
+           outcome="pass"):
+    return MetricResult(test_id=test_id, area="collectives", metric=metric, unit=unit, better=better, tol=tol,
+                        gated=True, summary=summarize(samples), verdict={"outcome": outcome, "change": 0.0},
+                        baseline=baseline, tainted=list(tainted))
+
+
+def write_history(folder, levels_by_test, *, hardware_id="2xV100-PCIe", noise=0.01, seed=0, tainted_runs=(),
+                  unit="GB/s", better="higher", tol=0.05, metric="busbw_gbps", start_day=1):
+    """One results JSON per run; ``levels_by_test`` maps test id -> list of per-run true levels."""
+    rng = random.Random(seed)
+    n_runs = len(next(iter(levels_by_test.values())))
+    for i in range(n_runs):
+        res = [result(t, metric, [lv[i] * (1 + rng.gauss(0, noise)) for _ in range(7)], unit=unit, better=better,
+                      tol=tol, tainted=["load average 9 on 2 cores"] if i in tainted_runs else (),
+                      baseline={"median": lv[0], "provenance": "measured"})
+               for t, lv in levels_by_test.items()]
+        doc = results_mod.make_document(res, hardware_id=hardware_id, fingerprint={}, commit=f"{i:04d}beef")
+        doc["created"] = f"2026-11-{start_day + i:02d}T02:00:00+00:00"
+        # file names deliberately out of time order: the history is ordered by 'created'
+        results_mod.save(folder / f"{hardware_id}-{(n_runs - i):02d}.json", doc)
+
+
+def series_of(folder, test_id, metric="busbw_gbps"):
+    runs = trends.load_history(folder)
+    return next(s for s in trends.build_series(runs) if s.test_id == test_id and s.metric == metric)
+
+
+def test_history_is_ordered_by_time_not_file_name(tmp_path):
+    write_history(tmp_path, {AR.format("1KiB"): [1, 2, 3, 4, 5]}, noise=0)
+    runs = trends.load_history(tmp_path)
+    assert [r.created[:10] for r in runs] == [f"2026-11-0{d}" for d in range(1, 6)]
+    s = series_of(tmp_path, AR.format("1KiB"))
+    assert [p.median for p in s.points] == [1, 2, 3, 4, 5]
+    assert s.family == "test_all_reduce busbw_gbps"
+
+
+def test_sustained_drop_is_one_worse_step_at_the_right_run(tmp_path):
+    levels = [11.7] * 6 + [10.0] * 4
+    write_history(tmp_path, {AR.format("256MiB"): levels, AR.format("1MiB"): [80.0] * 10})
+    steps = trends.all_steps(trends.build_series(trends.load_history(tmp_path)))
+    assert len(steps) == 1
+    st = steps[0]
+    assert st.series.test_id == AR.format("256MiB")
+    assert st.at == 6 and st.worse and st.length == 4
+    assert st.change == pytest.approx(10.0 / 11.7 - 1, abs=0.02)
+    assert "worse step" in st.describe() and "0006beef" in st.describe()
+
+
+def test_single_outlier_and_short_blips_are_not_steps(tmp_path):
+    levels = [100.0] * 5 + [70.0] + [100.0] * 3 + [70.0, 70.0] + [100.0] * 3
+    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.005)
+    assert trends.find_steps(series_of(tmp_path, AR.format("1KiB")), min_run=3) == []
+
+
+def test_within_tolerance_drift_is_not_a_step(tmp_path):
+    write_history(tmp_path, {AR.format("1KiB"): [100.0] * 5 + [97.0] * 5}, noise=0.002)  # -3 % < 5 %
+    assert trends.find_steps(series_of(tmp_path, AR.format("1KiB"))) == []
+
+
+def test_improvement_and_second_step_are_measured_from_the_new_level(tmp_path):
+    levels = [10.0] * 4 + [12.0] * 4 + [10.0] * 4  # up 20 %, then down 17 % from the new level
+    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.002)
+    steps = trends.find_steps(series_of(tmp_path, AR.format("1KiB")))
+    assert [(st.at, st.worse) for st in steps] == [(4, False), (8, True)]
+    assert steps[1].before == pytest.approx(12.0, rel=0.02)
+
+
+def test_a_step_must_stand_out_of_the_run_to_run_noise(tmp_path):
+    """-15 % is beyond the 5 % tolerance, but not a step on a machine whose runs scatter by +-30 %."""
+    noisy = [100.0, 130.0, 75.0, 120.0, 85.0] + [85.0] * 4
+    write_history(tmp_path, {AR.format("1KiB"): noisy}, noise=0.001)
+    s = series_of(tmp_path, AR.format("1KiB"))
+    assert trends.find_steps(s) == []
+    assert [st.at for st in trends.find_steps(s, noise_k=0)] == [4]  # tolerance only: flagged
+
+
+def test_ids_are_ordered_as_a_reader_expects():
+    ids = ["t[gloo-2rank-16KiB]", "t[gloo-16rank-1KiB]", "t[gloo-2rank-1MiB]", "t[gloo-2rank-1KiB]", "t[gpu-C=16]",
+           "t[gpu-C=2]", "t[nccl-8gpu-1GiB]", "t[nccl-8gpu-256MiB]"]
+    assert sorted(ids, key=trends.natural_key) == [
+        "t[gloo-2rank-1KiB]", "t[gloo-2rank-16KiB]", "t[gloo-2rank-1MiB]", "t[gloo-16rank-1KiB]", "t[gpu-C=2]",
+        "t[gpu-C=16]", "t[nccl-8gpu-256MiB]", "t[nccl-8gpu-1GiB]"]
+
+
+def test_error_bars_are_the_quartiles_of_the_samples():
+    q1, q3 = trends._quartiles(summarize([1.0, 2.0, 3.0, 4.0, 100.0]))
+    assert (q1, q3) == (2.0, 4.0)
+
+
+def test_tainted_runs_do_not_make_or_break_a_step(tmp_path):
+    levels = [10.0] * 5 + [5.0] * 2 + [10.0] * 3  # the two low runs were tainted
+    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.002, tainted_runs=(5, 6))
+    s = series_of(tmp_path, AR.format("1KiB"))
+    assert trends.find_steps(s, min_run=2) == []
+    assert [st.at for st in trends.find_steps(s, min_run=2, include_tainted=True)] == [5, 8]  # down, then back up
+
+
+def test_fractions_use_absolute_tolerance(tmp_path):
+    tid = "perf/offload/test_cache.py::test_hit_rate[lru]"
+    write_history(tmp_path, {tid: [0.70] * 5 + [0.66] * 4}, unit="fraction", tol=0.03, metric="hit_rate",
+                  noise=0.001)
+    (st,) = trends.find_steps(series_of(tmp_path, tid, "hit_rate"))
+    assert st.worse and st.change == pytest.approx(-0.04, abs=0.005)
+
+
+def test_hardware_ids_are_separate_series(tmp_path):
+    write_history(tmp_path, {AR.format("1KiB"): [10.0] * 5}, hardware_id="A")
+    write_history(tmp_path, {AR.format("1KiB"): [20.0] * 5}, hardware_id="B", start_day=10)
+    series = trends.build_series(trends.load_history(tmp_path))
+    assert sorted((s.hardware_id, len(s.points)) for s in series) == [("A", 5), ("B", 5)]
+    assert trends.all_steps(series) == []  # 10 -> 20 between machines is not a step
+
+
+def test_unreadable_history_file_names_the_file(tmp_path):
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(results_mod.ResultsError, match="broken.json"):
+        trends.load_history(tmp_path)
+
+
+def test_report_writes_pngs_and_a_page_listing_steps(tmp_path, capsys):
+    hist = tmp_path / "history"
+    hist.mkdir()
+    write_history(hist, {AR.format("256MiB"): [11.7] * 6 + [9.9] * 4, AR.format("1KiB"): [15.0] * 10},
+                  tainted_runs=(3,))
+    # the committed baseline for the band: 11.74 GB/s (imported from a report, say)
+    store = BaselineStore(tmp_path / "baselines")
+    store.write("2xV100-PCIe", "collectives", {AR.format("256MiB"): {"busbw_gbps": BaselineEntry(
+        unit="GB/s", better="higher", summary=summarize([11.74]), tol=None, provenance="imported: test")}})
+    out = tmp_path / "report"
+    code = main(["report", str(hist), "--out", str(out), "--baselines", str(tmp_path / "baselines"),
+                 "--root", str(tmp_path), "--fail-on-worse-step"])
+    assert code == 1  # a worse step was found and asked to fail
+    pngs = sorted(out.glob("*.png"))
+    assert [p.name for p in pngs] == ["2xV100-PCIe__test_all_reduce_busbw_gbps.png"]
+    image = matplotlib.image.imread(pngs[0])
+    assert image.shape[0] > 200 and image.shape[1] > 400
+    page = (out / "index.md").read_text()
+    assert f"({pngs[0].name})" in page
+    assert "nccl-2gpu-PIX-256MiB" in page and "**worse**" in page and "0006beef" in page
+    assert "| 3 |" in page and "| 10 | 0 | 7 |" not in page  # the run table lists every run
+    assert "WORSE" in capsys.readouterr().out
+    # the band comes from the store when it has the metric
+    s = series_of(hist, AR.format("256MiB"))
+    from perfgate.commands.report import _baseline
+    assert _baseline(store, s) == (11.74, "imported: test")
+    assert _baseline(None, s)[0] == pytest.approx(11.7)
+
+
+def test_report_splits_large_families_and_passes_without_steps(tmp_path):
+    hist = tmp_path / "h"
+    hist.mkdir()
+    sizes = [f"{1 << i}KiB" for i in range(17)]
+    write_history(hist, {AR.format(s): [10.0] * 5 for s in sizes}, noise=0.002)
+    assert main(["report", str(hist), "--root", str(tmp_path), "--fail-on-worse-step"]) == 0
+    out = hist / "report"
+    assert len(list(out.glob("*-part*.png"))) == 2  # 17 panels, 16 per image
+    assert "None found." in (out / "index.md").read_text()
+
+
+def test_report_on_empty_folder_says_how_to_make_history(tmp_path, capsys):
+    assert main(["report", str(tmp_path), "--root", str(tmp_path)]) == 2
+    assert "--perf-history" in capsys.readouterr().err
+
+
+def test_results_json_round_trips_tainted_flag(tmp_path):
+    write_history(tmp_path, {AR.format("1KiB"): [1.0] * 3}, tainted_runs=(1,))
+    docs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
+    assert sum(bool(d["results"][0]["tainted"]) for d in docs) == 1
