@@ -13,13 +13,24 @@ Usage::
 runs ``run(spec, ctx)`` on every rank with the default process group initialised and
 returns the per-rank return values. A failing rank raises :class:`WorkerFailure`
 carrying its traceback and the other ranks' last lines; a hang raises
-:class:`WorkerTimeout` with each rank's in-flight phase and Python stack.
+:class:`WorkerTimeout` with each rank's in-flight phase and Python stack. A
+process-group timeout inside a collective (gloo/NCCL give up before the parent does)
+is reported as the hang it is, not as a failure of the rank that noticed it first.
+
+Test-only fault knob: ``PERFGATE_TEST_FAULT=KIND@RANK[:PHASE]`` makes rank RANK fail on
+purpose when it marks a phase whose text contains PHASE (the first phase, ``started``,
+when PHASE is empty). KIND is ``raise`` (an exception), ``exit`` (``os._exit(7)``,
+no traceback), ``kill`` (SIGKILL to itself), ``segv`` (a real segmentation fault) or
+``hang`` (sleeps forever, so the other ranks block in their next collective). It lets
+tests and nightly drills inject a fault into any real workload, e.g.
+``PERFGATE_TEST_FAULT=kill@1:sample 2``; never set it otherwise (docs/reliability.md).
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import pickle
+import re
 import shutil
 import signal
 import subprocess
@@ -43,20 +54,71 @@ class LaunchError(RuntimeError):
 
 
 class WorkerFailure(LaunchError):
-    """A rank raised, exited non-zero or was killed by a signal."""
+    """A rank raised, exited non-zero or was killed by a signal.
 
-    def __init__(self, message: str, *, rank: int, returncode: int | None):
+    ``rank`` is the rank whose failure explains the others (a rank that died or raised,
+    not one that merely lost its peer); ``pids`` are the ranks' process ids (each the
+    leader of its own process group), all gone by the time this is raised."""
+
+    def __init__(self, message: str, *, rank: int, returncode: int | None,
+                 pids: list[int] | None = None, phases: dict[int, str] | None = None):
         super().__init__(message)
         self.rank = rank
         self.returncode = returncode
+        self.pids = pids or []
+        self.phases = phases or {}
 
 
 class WorkerTimeout(LaunchError):
-    """The job outlived its timeout (a hang, usually inside a collective)."""
+    """The job outlived its timeout, or a collective hit the process-group timeout (a hang)."""
 
-    def __init__(self, message: str, *, phases: dict[int, str]):
+    def __init__(self, message: str, *, phases: dict[int, str], pids: list[int] | None = None,
+                 collectives: dict[int, str] | None = None):
         super().__init__(message)
         self.phases = phases
+        self.pids = pids or []
+        self.collectives = collectives or {}  # rank -> torch.distributed call on its stack
+
+
+FAULT_ENV = "PERFGATE_TEST_FAULT"
+FAULT_KINDS = ("raise", "exit", "kill", "segv", "hang")
+FAULT_EXIT_CODE = 7
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A test-only injected fault (see the module docstring): what, on which rank, at which phase."""
+
+    kind: str
+    rank: int
+    phase: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> "Fault":
+        m = re.fullmatch(r"(\w+)@(\d+)(?::(.*))?", text.strip(), re.S)
+        if not m or m.group(1) not in FAULT_KINDS:
+            raise ValueError(f"{FAULT_ENV}={text!r}: expected KIND@RANK[:PHASE] with KIND one of "
+                             f"{', '.join(FAULT_KINDS)}, e.g. 'kill@1:sample 2'")
+        return cls(m.group(1), int(m.group(2)), m.group(3) or "")
+
+    def due(self, rank: int, phase_text: str) -> bool:
+        return rank == self.rank and self.phase in phase_text
+
+    def fire(self, phase_text: str) -> None:
+        where = f"{FAULT_ENV}={self.kind}@{self.rank}:{self.phase} at phase {phase_text!r}, t={time.time():.3f}"
+        if self.kind == "raise":
+            raise RuntimeError(f"injected fault ({where})")
+        sys.stderr.write(f"perfgate: injected fault ({where})\n")
+        sys.stderr.flush()
+        if self.kind == "exit":
+            os._exit(FAULT_EXIT_CODE)
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.kind == "segv":
+            import faulthandler
+            faulthandler._sigsegv()
+        while True:  # hang
+            time.sleep(3600)
 
 
 @dataclass
@@ -71,6 +133,7 @@ class WorkerContext:
     jobdir: str
     node_rank: int = 0
     _phase_path: str = field(default="", repr=False)
+    _fault: Fault | None = field(default=None, repr=False)
 
     def phase(self, text: str) -> None:
         """Record what is in flight, so that a hang report can name it."""
@@ -79,6 +142,9 @@ class WorkerContext:
             with open(tmp, "w") as fh:
                 fh.write(text)
             os.replace(tmp, self._phase_path)
+        if self._fault is not None and self._fault.due(self.rank, text):
+            fault, self._fault = self._fault, None  # fire once
+            fault.fire(text)
 
 
 def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
@@ -89,7 +155,9 @@ def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def _signal_name(returncode: int) -> str:
+def _signal_name(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
     if returncode < 0:
         try:
             return signal.Signals(-returncode).name
@@ -98,24 +166,100 @@ def _signal_name(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def _kill_group(proc: subprocess.Popen, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
+class _Job:
+    """The ranks of one launch and every process they started, so that all of them can be killed.
+
+    Each rank leads its own process group (``start_new_session``), and ``killpg`` reaches
+    whatever stayed in it. A child that made its own session (a server, a daemonised
+    helper) is not in the group; we find it through psutil while its rank is alive and
+    kill it by identity (psutil checks the start time, so a reused PID is never hit).
+    """
+
+    _SCAN_EVERY_S = 1.0
+
+    def __init__(self, procs: list[subprocess.Popen]):
+        self.procs = procs
+        self._seen: dict[int, Any] = {}
+        self._next_scan = 0.0
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def scan(self, force: bool = False) -> None:
+        """Remember the ranks' current descendants (cheap; done about once a second)."""
+        now = time.monotonic()
+        if not force and now < self._next_scan:
+            return
+        self._next_scan = now + self._SCAN_EVERY_S
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a dependency
+            return
+        for p in self.procs:
+            if p.poll() is not None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(p.pid).children(recursive=True):
+                    self._seen.setdefault(child.pid, child)
+
+    def _signal_groups(self, sig: int) -> None:
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, sig)
+
+    def _escaped(self) -> list[Any]:
+        import psutil
+
+        alive = []
+        for child in self._seen.values():
+            with contextlib.suppress(psutil.Error):
+                if child.is_running():
+                    alive.append(child)
+        return alive
+
+    def kill_all(self) -> None:
+        """SIGTERM every rank's process group and escaped child, then SIGKILL what is left."""
+        self.scan(force=True)
+        self._signal_groups(signal.SIGTERM)
+        for child in self._escaped():
+            with contextlib.suppress(Exception):
+                child.terminate()
+        deadline = time.monotonic() + _KILL_GRACE_S
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        # The group may still hold grandchildren even when the leader is gone.
+        self._signal_groups(signal.SIGKILL)
+        escaped = self._escaped()
+        for child in escaped:
+            with contextlib.suppress(Exception):
+                child.kill()
+        if escaped:
+            import psutil
+
+            psutil.wait_procs(escaped, timeout=_KILL_GRACE_S)
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=_KILL_GRACE_S)
+        # SIGKILL is asynchronous: return only once the groups are empty, so that "launch
+        # returned" means "nothing of the job runs any more".
+        deadline = time.monotonic() + _KILL_GRACE_S
+        while any(self._group_alive(p.pid) for p in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    @staticmethod
+    def _group_alive(pgid: int) -> bool:
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
 
 
 def _kill_all(procs: list[subprocess.Popen]) -> None:
     """SIGTERM every rank's process group, then SIGKILL what is left."""
-    for p in procs:
-        _kill_group(p, signal.SIGTERM)
-    deadline = time.monotonic() + _KILL_GRACE_S
-    for p in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        # The group may still hold grandchildren even when the leader is gone.
-        _kill_group(p, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(timeout=_KILL_GRACE_S)
+    _Job(procs).kill_all()
 
 
 @contextlib.contextmanager
@@ -152,13 +296,20 @@ def launch(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     env: dict[str, str] | None = None,
     pg_timeout_s: float | None = None,
+    startup_timeout_s: float | None = None,
 ) -> list[Any]:
     """Run ``target(spec, ctx)`` on ``world_size`` fresh ranks and return their results.
 
     ``target`` is ``"package.module:function"``; ``spec`` must pickle. ``backend`` is
-    ``gloo`` (CPU tensors) or ``nccl`` (one GPU per rank). The process group's own
-    timeout defaults to just under ``timeout_s`` so that a hang inside a collective is
-    reported by the library too, but the parent's kill is what guarantees the bound.
+    ``gloo`` (CPU tensors) or ``nccl`` (one GPU per rank).
+
+    Two clocks bound a job: ``startup_timeout_s`` (default ``max(120, timeout_s)``) until
+    every rank has imported torch and joined the process group, then ``timeout_s`` for the
+    work itself. Split so that a slow start on a loaded machine (importing torch can take
+    seconds per rank) is never reported as a hang, and a short ``timeout_s`` can bound the
+    work tightly. The process group's own timeout (``pg_timeout_s``) defaults to just under
+    ``timeout_s`` so that a hang inside a collective is reported by the library too, but
+    the parent's kill is what guarantees the bound.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -166,6 +317,14 @@ def launch(
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
     if ":" not in target:
         raise ValueError(f"target must look like 'package.module:function', got {target!r}")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    startup_timeout_s = max(120.0, timeout_s) if startup_timeout_s is None else startup_timeout_s
+    if not startup_timeout_s > 0:
+        raise ValueError(f"startup_timeout_s must be > 0, got {startup_timeout_s}")
+    fault = (env or {}).get(FAULT_ENV, os.environ.get(FAULT_ENV))
+    if fault:
+        Fault.parse(fault)  # a typo in the knob fails here, not as a confusing rank failure
     devices: list[int] = []
     if backend == "nccl":
         have = _visible_gpu_count()
@@ -175,23 +334,26 @@ def launch(
         ids = [int(v) for v in visible.split(",") if v.strip()] if visible else list(range(have))
         devices = ids[:world_size]
     with gpu_locks(devices):
-        return _launch_locked(target, spec, world_size, backend, timeout_s, env or {}, pg_timeout_s)
+        return _launch_locked(target, spec, world_size, backend, timeout_s, env or {}, pg_timeout_s,
+                              startup_timeout_s)
 
 
-def _launch_locked(target, spec, world_size, backend, timeout_s, env, pg_timeout_s) -> list[Any]:
+def _launch_locked(target, spec, world_size, backend, timeout_s, env, pg_timeout_s,
+                   startup_timeout_s) -> list[Any]:
     from torch.distributed import TCPStore  # parent owns the rendezvous: port 0, no clashes
     from datetime import timedelta
 
     jobdir = Path(tempfile.mkdtemp(prefix="perfgate-job-"))
     procs: list[subprocess.Popen] = []
+    job = _Job(procs)
     store = None
     try:
         store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                         timeout=timedelta(seconds=max(timeout_s, 30)))
+                         timeout=timedelta(seconds=max(startup_timeout_s, timeout_s, 30)))
         pg_timeout = pg_timeout_s if pg_timeout_s is not None else max(10.0, timeout_s - 5.0)
         with open(jobdir / "job.pkl", "wb") as fh:
             pickle.dump({"target": target, "spec": spec, "backend": backend,
-                         "pg_timeout_s": pg_timeout}, fh)
+                         "pg_timeout_s": pg_timeout, "startup_timeout_s": startup_timeout_s}, fh)
         base_env = dict(os.environ)
         base_env.setdefault("OMP_NUM_THREADS", "1")
         base_env.update(env)
@@ -201,6 +363,7 @@ def _launch_locked(target, spec, world_size, backend, timeout_s, env, pg_timeout
             "WORLD_SIZE": str(world_size),
             "LOCAL_WORLD_SIZE": str(world_size),
             "PYTHONUNBUFFERED": "1",
+            "PERFGATE_LAUNCH_PARENT": str(os.getpid()),  # ranks die with their launcher (launch_worker)
         })
         for rank in range(world_size):
             rank_env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
@@ -213,46 +376,109 @@ def _launch_locked(target, spec, world_size, backend, timeout_s, env, pg_timeout
                 ))
             finally:
                 log.close()
-        _wait(procs, jobdir, timeout_s)
+        _wait(job, jobdir, timeout_s, pg_timeout, startup_timeout_s)
         results = []
         for rank in range(world_size):
             with open(jobdir / f"rank{rank}.result.pkl", "rb") as fh:
                 results.append(pickle.load(fh))
         return results
     finally:
-        if procs:
-            _kill_all(procs)
+        interrupted: BaseException | None = None
+        while procs:
+            try:
+                job.kill_all()
+                break
+            except KeyboardInterrupt as exc:  # a second Ctrl-C must not leave ranks behind
+                interrupted = exc
         del store
         shutil.rmtree(jobdir, ignore_errors=True)
+        if interrupted is not None:
+            raise interrupted
 
 
-def _wait(procs: list[subprocess.Popen], jobdir: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+# A rank that only lost its peer (the peer died or raised) is not the cause of a failure.
+_PEER_LOST = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|ECONNRESET|EPIPE|"
+    r"remote process exited|NCCL communicator was aborted|process group .*aborted|"
+    r"Connection refused|failed to recv, got 0 bytes|Socket Timeout", re.I)
+# A collective that gave up waiting: the job hangs somewhere (often on another rank).
+_PG_TIMEOUT = re.compile(
+    r"Timed out waiting \d+ ?ms|Watchdog caught collective operation timeout|"
+    r"collective operation timeout|wait timeout after \d+", re.I)
+
+
+def _error_text(jobdir: Path, rank: int) -> str:
+    err = jobdir / f"rank{rank}.err"
+    if err.exists():
+        return err.read_text(errors="replace").rstrip()
+    return _tail(jobdir / f"rank{rank}.log")
+
+
+def _classify(code: int | None, text: str) -> str:
+    """'signal', 'error', 'timeout' (collective timed out) or 'peer' (lost a peer): cause first."""
+    if _PG_TIMEOUT.search(text):  # NCCL's watchdog ends a timed-out rank with SIGABRT: still a hang
+        return "timeout"
+    if code is not None and code < 0:
+        return "signal"
+    if _PEER_LOST.search(text):
+        return "peer"
+    return "error"
+
+
+_CAUSE_ORDER = {"signal": 0, "error": 0, "timeout": 1, "peer": 2}
+
+
+def _wait(job: _Job, jobdir: Path, timeout_s: float, pg_timeout_s: float | None = None,
+          startup_timeout_s: float | None = None) -> None:
+    procs = job.procs
+    started = startup_timeout_s is None  # without a startup clock, timeout_s counts from spawn
+    deadline = time.monotonic() + (timeout_s if started else startup_timeout_s)
+    failed_at: dict[int, float] = {}
     while True:
         codes = [p.poll() for p in procs]
-        failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
+        now = time.monotonic()
+        if not started and all((jobdir / f"rank{r}.ready").exists() or codes[r] is not None
+                               for r in range(len(procs))):
+            started, deadline = True, now + timeout_s
+        for r, c in enumerate(codes):
+            if c not in (None, 0):
+                failed_at.setdefault(r, now)
+        if failed_at:
             # Give the others a moment: their own errors often explain the first one.
             grace_end = time.monotonic() + _FAILURE_GRACE_S
             while time.monotonic() < grace_end and any(p.poll() is None for p in procs):
                 time.sleep(0.05)
-            raise _failure(procs, jobdir, failed[0])
+            for r, p in enumerate(procs):
+                if p.poll() not in (None, 0):
+                    failed_at.setdefault(r, time.monotonic())
+            texts = {r: _error_text(jobdir, r) for r in failed_at}
+            kinds = {r: _classify(procs[r].returncode, texts[r]) for r in failed_at}
+            root = min(failed_at, key=lambda r: (_CAUSE_ORDER[kinds[r]], failed_at[r], r))
+            if kinds[root] == "timeout":
+                raise _timeout(job, jobdir, timeout_s, pg_timed_out=(root, pg_timeout_s))
+            raise _failure(job, jobdir, root, texts[root], kinds)
         if all(c == 0 for c in codes):
             return
-        if time.monotonic() > deadline:
-            raise _timeout(procs, jobdir, timeout_s)
+        if now > deadline:
+            raise _timeout(job, jobdir, timeout_s if started else None, startup_timeout_s=startup_timeout_s)
+        job.scan()
         time.sleep(0.05)
 
 
-def _failure(procs, jobdir: Path, rank: int) -> WorkerFailure:
+def _failure(job: _Job, jobdir: Path, rank: int, detail: str, kinds: dict[int, str]) -> WorkerFailure:
+    procs = job.procs
     code = procs[rank].returncode
-    err = jobdir / f"rank{rank}.err"
-    detail = err.read_text(errors="replace").rstrip() if err.exists() else _tail(jobdir / f"rank{rank}.log")
-    parts = [f"rank {rank} of {len(procs)} failed ({_signal_name(code)}):", detail or "(no output)"]
+    phases = {r: _phase(jobdir, r) for r in range(len(procs))}
+    parts = [f"rank {rank} of {len(procs)} failed ({_signal_name(code)}) in phase {phases[rank]!r}:",
+             detail or "(no output)"]
     for other in range(len(procs)):
         if other != rank:
-            parts.append(f"--- rank {other} last lines ---\n{_tail(jobdir / f'rank{other}.log') or '(no output)'}")
-    return WorkerFailure("\n".join(parts), rank=rank, returncode=code)
+            state = _signal_name(procs[other].poll())
+            if kinds.get(other) == "peer":
+                state += ", lost its peer"
+            parts.append(f"--- rank {other} ({state}; phase {phases[other]!r}) last lines ---\n"
+                         f"{_tail(jobdir / f'rank{other}.log') or '(no output)'}")
+    return WorkerFailure("\n".join(parts), rank=rank, returncode=code, pids=job.pids, phases=phases)
 
 
 def _phase(jobdir: Path, rank: int) -> str:
@@ -262,7 +488,46 @@ def _phase(jobdir: Path, rank: int) -> str:
         return "unknown (no phase recorded)"
 
 
-def _timeout(procs, jobdir: Path, timeout_s: float) -> WorkerTimeout:
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
+
+
+def _torch_frame(frames_innermost_first) -> str | None:
+    for f in frames_innermost_first:
+        path = f.group("file").replace("\\", "/")
+        if "torch/distributed" in path and "c10d_logger" not in path and f.group("func") != "wrapper":
+            return f"{f.group('func')} ({Path(path).name}:{f.group('line')})"
+    return None
+
+
+def traceback_collective(text: str) -> str | None:
+    """The innermost torch.distributed call in a Python traceback (innermost frame last)."""
+    frames = [m for m in (_FRAME.match(line) for line in text.splitlines()) if m]
+    return _torch_frame(reversed(frames))
+
+
+def stack_collective(log_text: str) -> str | None:
+    """The torch.distributed call on a rank's main-thread stack in its last faulthandler dump.
+
+    faulthandler prints frames innermost first; the first frame inside torch/distributed
+    (skipping its logging wrapper) names the collective the rank is blocked in."""
+    blocks = re.split(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\s*$",
+                      log_text, flags=re.M)
+    for block in reversed(blocks[1:]):
+        frames = [m for m in (_FRAME.match(line) for line in block.splitlines()) if m]
+        if not any("launch_worker" in f.group("file") and f.group("func") == "<module>" for f in frames):
+            continue  # not the main thread of a rank
+        found = _torch_frame(frames)
+        if found:
+            return found
+        top = frames[0]
+        return f"not in a collective: {top.group('func')} ({Path(top.group('file')).name}:{top.group('line')})"
+    return None
+
+
+def _timeout(job: _Job, jobdir: Path, timeout_s: float | None,
+             pg_timed_out: tuple[int, float | None] | None = None,
+             startup_timeout_s: float | None = None) -> WorkerTimeout:
+    procs = job.procs
     # faulthandler in the worker dumps every thread's stack on SIGUSR1: that shows the hang site.
     for p in procs:
         if p.poll() is None:
@@ -270,8 +535,36 @@ def _timeout(procs, jobdir: Path, timeout_s: float) -> WorkerTimeout:
                 os.kill(p.pid, signal.SIGUSR1)
     time.sleep(1.0)
     phases = {r: _phase(jobdir, r) for r in range(len(procs))}
-    parts = [f"hang: job did not finish within {timeout_s:.0f} s; killed all {len(procs)} ranks."]
+    collectives = {}
+    for r in range(len(procs)):
+        try:
+            found = stack_collective((jobdir / f"rank{r}.log").read_text(errors="replace"))
+        except OSError:
+            found = None
+        if found is None and (jobdir / f"rank{r}.err").exists():  # it ended with a traceback instead
+            found = traceback_collective((jobdir / f"rank{r}.err").read_text(errors="replace"))
+        if found:
+            collectives[r] = found
+    running = [r for r, p in enumerate(procs) if p.poll() is None]
+    missing = [r for r in range(len(procs)) if not (jobdir / f"rank{r}.arrived").exists()]
+    if timeout_s is None:
+        head = (f"hang at start-up: the ranks did not all join the process group within "
+                f"{startup_timeout_s:g} s; never reached the rendezvous: rank(s) {missing}; "
+                f"killed all {len(procs)} ranks.")
+    elif pg_timed_out is not None and phases[pg_timed_out[0]].startswith("init_process_group"):
+        head = (f"hang at start-up: rank {pg_timed_out[0]} gave up waiting for the others to join the "
+                f"process group; never reached the rendezvous: rank(s) {missing}; killed all {len(procs)} ranks.")
+    elif pg_timed_out is None:
+        head = f"hang: job did not finish within {timeout_s:g} s; killed all {len(procs)} ranks."
+    else:
+        rank, pg = pg_timed_out
+        head = (f"hang: rank {rank}'s collective hit the process-group timeout"
+                f"{f' ({pg:g} s)' if pg else ''} in phase {phases[rank]!r}; "
+                f"still running (the likely culprits): {running or 'none'}; killed all {len(procs)} ranks.")
+    in_flight = "; ".join(f"rank {r}: {phases[r]}" + (f" [{collectives[r]}]" if r in collectives else "")
+                          for r in range(len(procs)))
+    parts = [head, f"in flight: {in_flight}"]
     for r, p in enumerate(procs):
         state = "still running" if p.poll() is None else _signal_name(p.returncode)
         parts.append(f"--- rank {r} ({state}); in flight: {phases[r]} ---\n{_tail(jobdir / f'rank{r}.log', 25)}")
-    return WorkerTimeout("\n".join(parts), phases=phases)
+    return WorkerTimeout("\n".join(parts), phases=phases, pids=job.pids, collectives=collectives)

@@ -5,10 +5,19 @@ plugin compares them with the baseline for this hardware id and fails the test o
 regression (re-measuring first, up to --perf-retries times). Results travel to the
 xdist controller in report.user_properties, so tables, files and refreshes work the
 same with and without -n.
+
+Reliability (docs/reliability.md): bad input (a malformed baseline for this hardware id,
+an expert file that is not GGUF, a bad option) stops the session before anything runs,
+with one message naming the file and the fix; SIGTERM becomes an interrupt, so results
+so far are saved and marked ``interrupted`` and no baseline is refreshed from a partial
+run; long sweeps print a progress line with an estimate of the time left.
 """
 from __future__ import annotations
 
+import contextlib
+import difflib
 import os
+import re
 import signal
 import threading
 import time
@@ -21,6 +30,7 @@ from perfgate.baselines import BaselineError, BaselineStore
 from perfgate.config import GATE_MODES, ConfigError, load_settings
 from perfgate.gate import evaluate
 from perfgate.markers import MARKERS, missing_requirements
+from perfgate.progress import SweepProgress
 from perfgate.recorder import PerfRecorder
 from perfgate.results import MetricResult, area_of
 from perfgate.verdict import Outcome, fails
@@ -28,6 +38,7 @@ from perfgate.verdict import Outcome, fails
 _STATE = pytest.StashKey["_PerfState"]()
 _PROP = "perfgate.results"
 _ATTACH = "perfgate.attachments"
+_PERF_TEST = "perfgate.perf_test"  # marks a test that uses the perf fixture, for the controller
 _RESULTS = pytest.StashKey[list]()
 
 
@@ -53,6 +64,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-expert-file", metavar="PATH", help="a real GGUF MoE model file for perf/offload")
     g.addoption("--perf-allow-tainted", action="store_true",
                 help="gate metrics even when the preflight check found the machine busy or throttled")
+    g.addoption("--perf-preflight", choices=("auto", "on", "off"), default="auto",
+                help="check the machine is quiet before measuring (perfgate.preflight); results of a busy "
+                     "machine are labelled tainted and not gated. auto: on for GPU hardware ids")
+    g.addoption("--perf-progress", type=_progress_interval, default=30.0, metavar="SECONDS",
+                help="print a progress line with the estimated time left at most every SECONDS "
+                     "(0: after every test; 'off': never). Default 30")
+
+
+def _progress_interval(text: str) -> float | None:
+    if text.strip().lower() == "off":
+        return None
+    value = float(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+_WORKER_KEY = "perfgate"  # what the xdist controller hands its workers in workerinput
 
 
 class _PerfState:
@@ -70,38 +99,120 @@ class _PerfState:
         if budget is not None and budget <= 0:
             raise ConfigError(f"--perf-budget must be a positive number of minutes, got {budget}")
         self.budget_s = budget * 60 if budget else None
-        self.started = time.monotonic()
+        # Wall clock, so that xdist workers can count the budget from the controller's start.
+        self.started_wall = time.time()
         self.strict = bool(opt("--perf-strict"))
+        self.allow_tainted = bool(opt("--perf-allow-tainted"))
         self.hardware_id = opt("--perf-hardware-id") or hardware.hardware_id()
         self.store = BaselineStore(self.settings.baselines)
+        self._check_baselines()
         self.results: list[MetricResult] = []
         self.attachments: dict[str, dict] = {}
         self.skipped_by_budget: list[str] = []
         self.interrupted = False
         self.tainted: list[str] = []
+        self.progress = SweepProgress(budget_s=self.budget_s)
+        self.refresh_note: str | None = None
+        self.save_note: str | None = None
+        self.old_sigterm = None
+
+    def _check_baselines(self) -> None:
+        """Read every baseline file of this hardware id now: a truncated or foreign file stops
+        the session with its path and the fix, before anything is measured or overwritten."""
+        folder = self.store.root / self.hardware_id
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.json")):
+                self.store.load(self.hardware_id, path.stem)
+
+    def spent_s(self) -> float:
+        return time.time() - self.started_wall
 
     def baseline(self, test_id: str, metric: str):
         return self.store.lookup(self.hardware_id, area_of(test_id), test_id, metric)
 
 
+def _check_expert_file(path: Path) -> None:
+    """--perf-expert-file must be a GGUF MoE model: say so now, not from deep inside a worker."""
+    from perfgate.workloads.offload.gguf_layout import GGUFLayoutError, read_expert_layout
+
+    try:
+        read_expert_layout(path)
+    except GGUFLayoutError as exc:
+        raise pytest.UsageError(
+            f"perfgate: --perf-expert-file: {exc}. Pass a GGUF MoE model file (with "
+            f"blk.N.ffn_{{gate,up,down}}_exps.weight tensors, e.g. a Qwen3-30B-A3B *.gguf), or leave "
+            f"the option out to use the generated fixture file") from None
+
+
+def _preflight_enabled(config: pytest.Config, hardware_id: str) -> bool:
+    mode = config.getoption("--perf-preflight")
+    return mode == "on" or (mode == "auto" and not hardware_id.startswith("cpu-"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    worker = hasattr(config, "workerinput")
     if config.getoption("--perf-expert-file"):
-        os.environ["PERFGATE_EXPERT_FILE"] = str(Path(config.getoption("--perf-expert-file")).resolve())
+        expert = Path(config.getoption("--perf-expert-file")).resolve()
+        if not worker:
+            _check_expert_file(expert)
+        os.environ["PERFGATE_EXPERT_FILE"] = str(expert)
     try:
-        config.stash[_STATE] = _PerfState(config)
+        state = config.stash[_STATE] = _PerfState(config)
     except (ConfigError, BaselineError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    if not hasattr(config, "workerinput") and threading.current_thread() is threading.main_thread():
+    if worker:
+        handed = config.workerinput.get(_WORKER_KEY) or {}
+        state.started_wall = handed.get("started_wall", state.started_wall)
+        state.tainted = list(handed.get("tainted", []))
+        return
+    if _preflight_enabled(config, state.hardware_id):
+        from perfgate import preflight
+
+        state.tainted = list(preflight.taint_reasons())
+    if threading.current_thread() is threading.main_thread():
         # SIGTERM (CI cancel, a scheduler's kill) becomes KeyboardInterrupt: pytest then runs
         # sessionfinish, so results so far are saved and no baseline is left half-written.
         def _term(signum, frame):
             raise KeyboardInterrupt(f"perfgate: received signal {signum}")
-        try:
-            signal.signal(signal.SIGTERM, _term)
-        except ValueError:
-            pass
+        with contextlib.suppress(ValueError):
+            state.old_sigterm = signal.signal(signal.SIGTERM, _term)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is not None and state.old_sigterm is not None and threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(ValueError, TypeError):
+            signal.signal(signal.SIGTERM, state.old_sigterm)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """xdist: workers count the budget from the controller's start and share its taint verdict."""
+    state = node.config.stash[_STATE]
+    node.workerinput[_WORKER_KEY] = {"started_wall": state.started_wall, "tainted": state.tainted}
+
+
+_UNKNOWN_MARKER = re.compile(r"'([^']+)' not found in `markers` configuration option")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A typo'd marker fails collection (--strict-markers); add which markers exist and the fix."""
+    rep = yield
+    if rep.failed:
+        m = _UNKNOWN_MARKER.search(str(rep.longrepr))
+        if m:
+            name = m.group(1)
+            close = difflib.get_close_matches(name, list(MARKERS), n=2, cutoff=0.5)
+            hint = (f"unknown marker {name!r} in {collector.nodeid or collector.path}"
+                    + (f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ".")
+                    + f"\nperfgate's markers: {', '.join(MARKERS)}."
+                    + "\nFix the name, or register a marker of your own under [tool.pytest.ini_options] "
+                      "markers in pyproject.toml.")
+            rep.sections.append(("perfgate: unknown marker", hint))
+    return rep
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -117,7 +228,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_setup(item: pytest.Item) -> None:
     state = item.config.stash[_STATE]
     if state.budget_s is not None and "perf" in getattr(item, "fixturenames", ()):
-        spent = time.monotonic() - state.started
+        spent = state.spent_s()
         if spent > state.budget_s:
             pytest.skip(f"perf budget of {state.budget_s / 60:g} min spent ({spent / 60:.1f} min elapsed)")
 
@@ -132,9 +243,12 @@ def _evaluate(state: _PerfState, rec: PerfRecorder, pooled: bool) -> list[Metric
     out = []
     for name, metric in rec.metrics.items():
         entry = state.baseline(rec.test_id, name)
-        out.append(evaluate(rec.test_id, metric, entry, settings=state.settings, hardware_id=state.hardware_id,
-                            samples=rec.pooled(name) if pooled else None, attempts=len(rec.attempts),
-                            tainted=state.tainted))
+        r = evaluate(rec.test_id, metric, entry, settings=state.settings, hardware_id=state.hardware_id,
+                     samples=rec.pooled(name) if pooled else None, attempts=len(rec.attempts),
+                     tainted=None if state.allow_tainted else state.tainted)
+        if state.allow_tainted and state.tainted:
+            r.tainted = list(state.tainted)  # gated as asked, still labelled (and kept out of refreshes)
+        out.append(r)
     return out
 
 
@@ -188,11 +302,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             rep.user_properties.append((_PROP, [r.to_dict() for r in evaluated]))
         if isinstance(rec, PerfRecorder) and rec.attachments:
             rep.user_properties.append((_ATTACH, rec.attachments))
+    elif call.when == "teardown" and "perf" in getattr(item, "fixturenames", ()):
+        rep.user_properties.append((_PERF_TEST, True))
     return rep
 
 
 def _collect(config: pytest.Config, report) -> None:
     state = config.stash[_STATE]
+    if report.when == "teardown":
+        state.progress.finished(report.nodeid)
+        if any(key == _PERF_TEST for key, _ in report.user_properties):
+            state.progress.has_perf_tests = True
+        _maybe_print_progress(config, state)
     for key, value in report.user_properties:
         if key == _PROP:
             state.results.extend(MetricResult.from_dict(d) for d in value)
@@ -204,8 +325,21 @@ def _collect(config: pytest.Config, report) -> None:
             state.skipped_by_budget.append(report.nodeid)
 
 
+def _maybe_print_progress(config: pytest.Config, state: _PerfState) -> None:
+    interval = config.getoption("--perf-progress")
+    if interval is None or config.get_verbosity() < -1 or not state.progress.due(interval):
+        return
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return
+    if tr._tw.width_of_current_line:  # after a row of dots (-q): start a new line
+        tr._tw.line()
+    tr.write_line(state.progress.line(color=tr.hasmarkup))
+    tr.currentfspath = None  # the next result starts a fresh line with its file name
+
+
 class _Collector:
-    """Holds the config for the logreport hook (which receives only the report)."""
+    """Controller-side hooks: results from every test (and xdist worker), and sweep progress."""
 
     def __init__(self, config: pytest.Config):
         self.config = config
@@ -214,6 +348,15 @@ class _Collector:
     def pytest_runtest_logreport(self, report):
         _collect(self.config, report)
 
+    @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not hasattr(self.config, "workerinput") and session.items:
+            self.config.stash[_STATE].progress.start(len(session.items))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        self.config.stash[_STATE].progress.start(len(ids))
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -221,12 +364,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.config.pluginmanager.register(_Collector(session.config), "perfgate-collector")
 
 
-def pytest_keyboard_interrupt(excinfo) -> None:
-    # sessionfinish still runs after an interrupt; mark the run so files say it is partial.
-    _INTERRUPTED.set()
-
-
-_INTERRUPTED = threading.Event()
+@contextlib.contextmanager
+def _signals_held():
+    """While results and baselines are written, a second Ctrl-C or SIGTERM waits until the
+    files are complete instead of abandoning them halfway through the list."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    got: list[int] = []
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):
+            old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        for sig, handler in old.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, handler)
 
 
 def _document(config: pytest.Config) -> dict:
@@ -234,7 +389,7 @@ def _document(config: pytest.Config) -> dict:
     return results_mod.make_document(
         state.results, hardware_id=state.hardware_id, fingerprint=hardware.fingerprint(),
         commit=results_mod.git_commit(Path(config.rootpath)), attachments=state.attachments,
-        interrupted=_INTERRUPTED.is_set(), skipped_by_budget=state.skipped_by_budget)
+        interrupted=state.interrupted, skipped_by_budget=state.skipped_by_budget)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -242,11 +397,25 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):
         return
     state = config.stash[_STATE]
+    # Ctrl-C, SIGTERM (turned into KeyboardInterrupt above) or an xdist shutdown: a partial run.
+    state.interrupted = state.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED
     if not state.results and not state.skipped_by_budget:
         return
+    with _signals_held() as held:
+        _write_outputs(config, state)
+    if held:
+        note = f"signal {', '.join(map(str, held))} arrived while results were being written; they were completed first"
+        state.save_note = f"{state.save_note}; {note}" if state.save_note else note
+
+
+def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
     doc = _document(config)
     if config.getoption("--perf-save"):
         results_mod.save(Path(config.getoption("--perf-save")), doc)
+        if doc["interrupted"]:
+            state.save_note = (f"run interrupted: results of the {len({r.test_id for r in state.results})} "
+                               f"finished test(s) saved to {config.getoption('--perf-save')} "
+                               f"(marked \"interrupted\": true)")
     if config.getoption("--perf-history"):
         hist = Path(config.getoption("--perf-history"))
         stamp = doc["created"].replace(":", "").replace("+0000", "Z")
@@ -275,6 +444,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     tr = terminalreporter
     tr.section("perfgate")
+    if state.tainted:
+        gate_note = "gated anyway (--perf-allow-tainted)" if state.allow_tainted else \
+            "not gated (--perf-allow-tainted to gate anyway)"
+        tr.write_line(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted), yellow=True)
     title = f"perfgate: {state.hardware_id} (baselines: {state.settings.baselines})"
     tr.write(report.render_table(state.results, title, width=max(120, tr._tw.fullwidth)))
     regressions = [r for r in state.results if r.gated and r.outcome == "regression"]
@@ -288,5 +461,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if state.skipped_by_budget:
         tr.write_line(f"perf budget spent: {len(state.skipped_by_budget)} test(s) not run: "
                       + ", ".join(state.skipped_by_budget))
-    if getattr(state, "refresh_note", None):
+    if state.refresh_note:
         tr.write_line(state.refresh_note)
+    if state.save_note:
+        tr.write_line(state.save_note)

