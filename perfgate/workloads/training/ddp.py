@@ -1,0 +1,116 @@
+"""DDP engine: build one DistributedDataParallel case and run it through the step loop.
+
+Runs inside a launcher rank (``launch("perfgate.workloads.training.ddp:run", job, ...)``)
+and returns one :class:`~perfgate.workloads.training.engine.CaseResult` per case.
+
+Every case registers a comm hook from torch's ``default_hooks`` (``allreduce_hook`` for
+fp32, ``fp16_compress_hook``, ``bf16_compress_hook``) wrapped in a counter, which is how
+the number of gradient all-reduce calls per optimizer step is observed: DDP calls the
+hook once per bucket it reduces. Using the Python ``allreduce_hook`` for fp32 too keeps
+the fp32/fp16 comparison about bytes on the wire, not about hook dispatch.
+"""
+from __future__ import annotations
+
+import functools
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from perfgate.workloads.training.engine import (BuiltCase, CaseResult, autocast, make_adamw,
+                                                maybe_extra_param_copy, run_cases)
+from perfgate.workloads.training.model import SyntheticTokens, build_model, get_config, loss_fn
+from perfgate.workloads.training.specs import DDPCase, DDPJob
+
+
+def counting_hook(reduce_dtype_hook: str):
+    """(hook, calls) where ``hook`` is the named default hook and ``calls()`` how often DDP called it.
+
+    ``functools.wraps`` keeps the wrapped hook's name and signature, so DDP's own checks
+    (e.g. bf16_compress_hook needs NCCL) still apply to the wrapper.
+    """
+    inner = getattr(default_hooks, reduce_dtype_hook)
+    count = [0]
+
+    @functools.wraps(inner)
+    def hook(state, bucket):
+        count[0] += 1
+        return inner(state, bucket)
+
+    return hook, (lambda: count[0])
+
+
+def wrap_ddp(model: torch.nn.Module, device: torch.device, *, bucket_cap_mb: float, reduce_dtype_hook: str,
+             group=None):
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, process_group=group,
+              bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=True)
+    hook, calls = counting_hook(reduce_dtype_hook)
+    ddp.register_comm_hook(group, hook)  # the state a default hook gets is its process group
+    return ddp, calls
+
+
+def accumulation_step(ddp: DDP, opt: torch.optim.Optimizer, data: SyntheticTokens, *, grad_accum: int,
+                      no_sync: bool, device: torch.device, amp: str):
+    """step(i) -> mean loss of optimizer step i over ``grad_accum`` micro-batches."""
+
+    def step(i: int) -> float:
+        opt.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=device)
+        for micro in range(grad_accum):
+            skip_sync = no_sync and micro < grad_accum - 1
+            with ddp.no_sync() if skip_sync else nullcontext():
+                with autocast(device, amp):
+                    loss = loss_fn(ddp, data.batch(i, micro)) / grad_accum
+                loss.backward()
+            total += loss.detach()
+        opt.step()
+        return float(total.item())
+
+    return step
+
+
+def build_case(job: DDPJob, case: DDPCase, ctx, *, group=None, group_ranks: tuple[int, ...] | None = None
+               ) -> BuiltCase:
+    """Model, DDP wrapper, optimizer and data of one case; ``group`` None means every rank."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    world = len(group_ranks) if group_ranks else ctx.world_size
+    result = CaseResult(label=case.label, rank=ctx.rank, world_size=world,
+                        info={"tokens_per_step": job.tokens_per_step(case, world), "micro_batch": case.micro_batch,
+                              "grad_accum": case.grad_accum, "bucket_cap_mb": case.bucket_cap_mb,
+                              "no_sync": case.no_sync, "comm_hook": case.comm_hook, "amp": job.amp,
+                              "n_params": get_config(job.model).n_params})
+    if group_ranks and ctx.rank not in group_ranks:
+        return BuiltCase(result=result, step=None, group=group)
+    device = ctx.device
+    cfg = get_config(job.model)
+    model = build_model(cfg, device, seed=job.seed)
+    extra = maybe_extra_param_copy(model)
+    result.extra_param_copy = bool(extra)
+    ddp, calls = wrap_ddp(model, device, bucket_cap_mb=case.bucket_cap_mb, reduce_dtype_hook=case.comm_hook,
+                          group=group)
+    opt = make_adamw(ddp.parameters(), device, job.lr)
+    group_rank = group_ranks.index(ctx.rank) if group_ranks else ctx.rank
+    data = SyntheticTokens(cfg, case.micro_batch, device, job.seed, group_rank, world)
+    step = accumulation_step(ddp, opt, data, grad_accum=case.grad_accum, no_sync=case.no_sync,
+                             device=device, amp=job.amp)
+
+    def make_tracker():
+        tracker = MemTracker()
+        tracker.track_external(ddp.module, opt, *extra)
+        return tracker
+
+    return BuiltCase(result=result, step=step, group=group, make_tracker=make_tracker if case.track_memory else None,
+                     allreduce_counter=calls, keepalive=extra)
+
+
+def run(job: DDPJob, ctx) -> list[CaseResult]:
+    """Worker entry point: every case of ``job`` on this rank (reference cases on rank 0 alone)."""
+    builders = [functools.partial(build_case, job, case, ctx) for case in job.cases]
+    if job.reference_cases:
+        solo = dist.new_group([0])  # every rank must take part in creating it
+        builders += [functools.partial(build_case, job, case, ctx, group=solo, group_ranks=(0,))
+                     for case in job.reference_cases]
+    return run_cases(builders, job.schedule, ctx.device, interleave=job.interleave, phase=ctx.phase)

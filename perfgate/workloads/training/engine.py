@@ -1,0 +1,251 @@
+"""The one step loop every training case runs: warm-up, timed steps, memory-tracked steps.
+
+The DDP and FSDP modules build a :class:`BuiltCase` -- a ``step(i) -> loss`` closure
+(forward, backward and optimizer step ``i``), a tracker factory, an all-reduce counter --
+and :func:`run_cases` owns the rest: barriers, timing, device synchronisation, per-step
+peak memory, the per-rank result record, and the order of steps (one case after another,
+or round-robin). Keeping this in one place is what makes DDP and FSDP numbers comparable.
+
+Memory, by source:
+- GPU: ``torch.cuda.max_memory_allocated`` with the peak reset before every timed step.
+- CPU and GPU: torch's own trackers (``MemTracker`` for DDP/FSDP1, ``FSDPMemTracker`` for
+  FSDP2) over ``tracked_steps`` further steps, entered afresh per step so that each step
+  yields its own peak and the category breakdown at that peak. On CPU this is the primary
+  figure: process RSS (~300+ MiB of interpreter and libraries) hides sharding savings.
+- Process RSS after each timed step, as a secondary figure.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+# TEST-ONLY: a deliberate memory regression, so that the FSDP memory gate can be shown to fire.
+EXTRA_PARAM_COPY_ENV = "PERFGATE_TEST_EXTRA_PARAM_COPY"
+
+# Tracker reference types -> the categories we report. Names are the enums' .name values of
+# torch.distributed._tools.mem_tracker._MemRefType and fsdp2_mem_tracker._FSDPRefType.
+CATEGORY_OF = {
+    "PARAM": "params", "SHARDED_PARAM": "params", "UNSHARDED_PARAM": "params",
+    "GRAD": "grads", "SHARDED_GRAD": "grads", "UNSHARDED_GRAD": "grads",
+    "OPT": "optimizer",
+    "ACT": "activations",
+    "TEMP": "temp", "ALL_GATHER": "temp", "REDUCE_SCATTER": "temp",
+    "BUFFER": "other", "OTH": "other", "INP": "other",
+}
+CATEGORIES = ("params", "grads", "optimizer", "activations", "temp", "other")
+
+
+@dataclass
+class CaseResult:
+    """What one rank measured for one case. Plain lists so the parent can pickle and JSON it."""
+
+    label: str
+    rank: int
+    world_size: int
+    step_s: list[float] = field(default_factory=list)  # timed steps, wall time on this rank
+    losses: list[float] = field(default_factory=list)  # every step, warm-up included
+    allreduce_calls: list[int] = field(default_factory=list)  # per timed step (DDP only)
+    peak_alloc_bytes: list[int] = field(default_factory=list)  # per timed step (CUDA only)
+    rss_bytes: list[int] = field(default_factory=list)  # after each timed step
+    tracked_peak_bytes: list[int] = field(default_factory=list)  # per tracked step, tracker total
+    tracked_categories: list[dict[str, int]] = field(default_factory=list)  # breakdown at each peak
+    tracker_error: str | None = None
+    extra_param_copy: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def extra_param_copy_enabled() -> bool:
+    """TEST-ONLY knob: ``PERFGATE_TEST_EXTRA_PARAM_COPY=1`` keeps a full extra copy of the parameters."""
+    return os.environ.get(EXTRA_PARAM_COPY_ENV, "") == "1"
+
+
+def maybe_extra_param_copy(model: torch.nn.Module) -> list[torch.Tensor]:
+    """Clone every parameter and keep the clones alive for the whole case (TEST-ONLY).
+
+    Called on the unwrapped model, so the copy is full-size whatever the sharding: the
+    kind of leak a wrapper bug that forgets to free the original parameters would cause.
+    Never set it outside the harness's own tests; it exists only to prove the memory gate fires.
+    """
+    if not extra_param_copy_enabled():
+        return []
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def autocast(device: torch.device, amp: str):
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=(amp == "bf16"))
+
+
+def make_adamw(params, device: torch.device, lr: float) -> torch.optim.Optimizer:
+    # fused AdamW on GPUs, as the seed; the default (foreach) implementation on CPU.
+    return torch.optim.AdamW(params, lr=lr, fused=True if device.type == "cuda" else None)
+
+
+def _rss_bytes() -> int:
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # psutil missing or /proc unreadable: RSS is secondary, never fatal
+        return 0
+
+
+def _categorize(snapshot: dict, device: torch.device) -> tuple[int, dict[str, int]]:
+    """Tracker peak snapshot {device: {reftype: bytes}} -> (total, bytes per category) on ``device``."""
+    per_dev = {str(dev): snap for dev, snap in snapshot.items()}
+    snap = per_dev.get(str(device))
+    if snap is None and device.type == "cpu":
+        snap = per_dev.get("cpu")
+    if snap is None:
+        return 0, dict.fromkeys(CATEGORIES, 0)
+    cats = dict.fromkeys(CATEGORIES, 0)
+    total = 0
+    for key, nbytes in snap.items():
+        name = getattr(key, "name", str(key))
+        if name == "Total" or str(key) == "Total":
+            total = int(nbytes)
+            continue
+        cats[CATEGORY_OF.get(name, "other")] += int(nbytes)
+    return total, cats
+
+
+def release(device: torch.device) -> None:
+    """Drop what the finished case left so the next case's peak starts from the same floor."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class BuiltCase:
+    """A case ready to step: what :func:`run_cases` needs, built by the DDP or FSDP module.
+
+    ``group`` is the process group the case trains on (None: every rank); ranks outside it
+    hold ``step=None`` and only join the barriers, which is how a one-rank reference run
+    (world 1 inside a world-N launch) leaves the other ranks idle while it is timed.
+    """
+
+    result: CaseResult
+    step: Callable[[int], float] | None
+    group: Any = None
+    make_tracker: Callable[[], Any] | None = None
+    allreduce_counter: Callable[[], int] | None = None
+    keepalive: list = field(default_factory=list)  # e.g. the TEST-ONLY extra parameter copy
+    next_step: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.step is not None
+
+    def run_step(self) -> float:
+        loss = self.step(self.next_step)
+        self.next_step += 1
+        return loss
+
+
+def _warmup(case: BuiltCase, schedule) -> None:
+    if case.active:
+        for _ in range(schedule.warmup_steps):
+            case.result.losses.append(case.run_step())
+
+
+def _timed_step(case: BuiltCase, device: torch.device) -> None:
+    """One timed step. All ranks enter the world barrier; members of the case then step."""
+    dist.barrier()
+    if not case.active:
+        return
+    res = case.result
+    synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    calls0 = case.allreduce_counter() if case.allreduce_counter else 0
+    t0 = time.perf_counter()
+    loss = case.run_step()
+    synchronize(device)
+    res.step_s.append(time.perf_counter() - t0)
+    if case.allreduce_counter:
+        res.allreduce_calls.append(case.allreduce_counter() - calls0)
+    if device.type == "cuda":
+        res.peak_alloc_bytes.append(int(torch.cuda.max_memory_allocated(device)))
+    res.rss_bytes.append(_rss_bytes())
+    res.losses.append(loss)
+
+
+def _tracked_steps(case: BuiltCase, schedule, device: torch.device) -> None:
+    """Memory-tracked steps: the tracker is entered afresh per step, so each step has its own peak."""
+    if not (case.active and case.make_tracker and schedule.tracked_steps):
+        return
+    res = case.result
+    try:
+        tracker = case.make_tracker()
+    except Exception as exc:  # noqa: BLE001 - reported; the parent decides if it matters
+        res.tracker_error = f"{type(exc).__name__}: {exc}"
+        return
+    for _ in range(schedule.tracked_steps):
+        dist.barrier(group=case.group)
+        try:
+            with tracker:
+                loss = case.run_step()
+            total, cats = _categorize(tracker.get_tracker_snapshot("peak"), device)
+            tracker.reset_mod_stats()
+        except Exception as exc:  # noqa: BLE001 - a tracker bug must not hide the timings
+            # Deterministic tracker failures hit every rank at the same op, so stopping the
+            # tracked phase here keeps the ranks' collectives matched.
+            res.tracker_error = f"{type(exc).__name__}: {exc}"
+            return
+        res.tracked_peak_bytes.append(total)
+        res.tracked_categories.append(cats)
+        res.losses.append(loss)
+
+
+def run_cases(builders: list[Callable[[], BuiltCase]], schedule, device: torch.device, *,
+              interleave: bool = False, phase: Callable[[str], None] = lambda text: None) -> list[CaseResult]:
+    """Warm up, time and memory-track every case; return this rank's results in order.
+
+    Losses are returned, not judged: the test asserts they are finite, with every case in hand.
+
+    Sequential (``interleave=False``): one case at a time, built, run, freed -- what GPUs
+    need, because ``max_memory_allocated`` sees every live tensor of the process.
+    Interleaved: every case is built first and the timed steps go round-robin (case A
+    step 1, case B step 1, ..., case A step 2, ...), so two cases' i-th steps lie next to
+    each other in time and slow drift of a shared machine's load cancels out of the
+    paired ratios. Trackers only count their own case's tensors, so memory stays per case.
+    """
+    results: list[CaseResult] = []
+    if not interleave:
+        for build in builders:
+            case = build()
+            phase(f"{case.result.label}: warm-up")
+            _warmup(case, schedule)
+            phase(f"{case.result.label}: timed steps")
+            for _ in range(schedule.measured_steps):
+                _timed_step(case, device)
+            phase(f"{case.result.label}: memory-tracked steps")
+            _tracked_steps(case, schedule, device)
+            if case.active:
+                results.append(case.result)
+            del case
+            release(device)
+        return results
+    cases = [build() for build in builders]
+    for case in cases:
+        phase(f"{case.result.label}: warm-up")
+        _warmup(case, schedule)
+    phase("timed rounds over all cases")
+    for _ in range(schedule.measured_steps):
+        for case in cases:
+            _timed_step(case, device)
+    for case in cases:
+        phase(f"{case.result.label}: memory-tracked steps")
+        _tracked_steps(case, schedule, device)
+    return [case.result for case in cases if case.active]
