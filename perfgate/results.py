@@ -126,7 +126,42 @@ def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, d
     for r in metric_results(doc):
         if r.tainted and not include_tainted:
             continue
-        entry = BaselineEntry(unit=r.unit, better=r.better, summary=r.summary, tol=r.tol, provenance="measured",
+        provenance = "measured" if not doc.get("pooled_from") else \
+            f"measured, pooled over {len(doc['pooled_from'])} runs (" + ", ".join(
+                f"{p['created']} commit {p['commit']}" for p in doc["pooled_from"]) + ")"
+        entry = BaselineEntry(unit=r.unit, better=r.better, summary=r.summary, tol=r.tol, provenance=provenance,
                               when=doc.get("created"), commit=doc.get("commit"), software=software)
         out.setdefault(r.area, {}).setdefault(r.test_id, {})[r.metric] = entry
+    return out
+
+
+def pool(docs: list[dict], names: list[str]) -> dict:
+    """Several runs on one hardware id -> one document whose metrics hold all runs' samples.
+
+    Why: run-to-run (or machine-instance-to-instance) variation is larger than the spread
+    inside one run; a baseline pooled over runs carries that variation in its samples."""
+    if len(docs) == 1:
+        return docs[0]
+    ids = {d["hardware_id"] for d in docs}
+    if len(ids) > 1:
+        raise ResultsError(f"cannot pool results of different hardware ids {sorted(ids)} ({', '.join(names)})")
+    merged: dict[tuple[str, str], dict] = {}
+    for doc in docs:
+        for r in doc.get("results", []):
+            key = (r["test_id"], r["metric"])
+            if key not in merged:
+                merged[key] = dict(r, summary=dict(r["summary"]), tainted=list(r.get("tainted") or []))
+                merged[key]["_samples"] = list(r["summary"]["samples"])
+            else:
+                merged[key]["_samples"].extend(r["summary"]["samples"])
+                merged[key]["tainted"] += list(r.get("tainted") or [])
+    from perfgate.metrics import summarize
+
+    results = []
+    for r in merged.values():
+        r["summary"] = summarize(r.pop("_samples")).to_dict()
+        results.append(r)
+    last = max(docs, key=lambda d: d.get("created") or "")
+    out = dict(last, results=results)
+    out["pooled_from"] = [{"file": n, "created": d.get("created"), "commit": d.get("commit")} for n, d in zip(names, docs)]
     return out

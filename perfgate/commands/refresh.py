@@ -23,7 +23,8 @@ from perfgate.report import _fmt, short_id
 
 def register(sub) -> None:
     p = sub.add_parser("refresh", help="write baselines from a results file (shows a diff first)")
-    p.add_argument("results", type=Path, help="results JSON written by `pytest --perf-save`")
+    p.add_argument("results", type=Path, nargs="+",
+                   help="results JSON written by `pytest --perf-save`; several runs of one hardware id are pooled")
     p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
     p.add_argument("--yes", "-y", action="store_true", help="write without asking")
@@ -39,15 +40,17 @@ def _software_line(sw: dict | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    doc = results_mod.load(args.results)
-    if doc.get("interrupted"):
-        raise ValueError(f"{args.results} comes from an interrupted run; re-run to completion before refreshing")
+    docs = [results_mod.load(p) for p in args.results]
+    for p, d in zip(args.results, docs):
+        if d.get("interrupted"):
+            raise ValueError(f"{p} comes from an interrupted run; re-run to completion before refreshing")
+    doc = results_mod.pool(docs, [str(p) for p in args.results])
     settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
     store = BaselineStore(settings.baselines)
     hw = doc["hardware_id"]
     by_area = results_mod.baseline_entries(doc, include_tainted=args.include_tainted)
     if not by_area:
-        print(f"{args.results}: no metrics to refresh")
+        print(f"{', '.join(map(str, args.results))}: no metrics to refresh")
         return 0
     console = Console(width=160)
     others = [h for h in store.hardware_ids() if h != hw]
