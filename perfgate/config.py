@@ -84,8 +84,12 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
         settings.overrides[pattern] = _number(value, f"{where}.overrides.{pattern!r}")
 
 
-def load_settings(rootdir: Path, baselines_dir: Path | None = None) -> Settings:
-    """Read pyproject.toml's [tool.perfgate], then <baselines>/tolerances.toml on top."""
+def load_settings(rootdir: Path, baselines_dir: Path | None = None, hardware_id: str | None = None) -> Settings:
+    """Read pyproject.toml's [tool.perfgate], then <baselines>/tolerances.toml, then
+    <baselines>/<hardware-id>/tolerances.toml on top.
+
+    The last file exists because noise is a property of the machine: a shared 2-core VM
+    needs wider tolerances on timing ratios than an H200 node, for the same test."""
     rootdir = Path(rootdir)
     pyproject = rootdir / "pyproject.toml"
     table: dict = {}
@@ -100,4 +104,9 @@ def load_settings(rootdir: Path, baselines_dir: Path | None = None) -> Settings:
     if tol_file.exists():
         _apply(settings, _read_toml(tol_file), str(tol_file))
         settings.sources.append(str(tol_file))
+    if hardware_id:
+        hw_file = settings.baselines / hardware_id / "tolerances.toml"
+        if hw_file.exists():
+            _apply(settings, _read_toml(hw_file), str(hw_file))
+            settings.sources.append(str(hw_file))
     return settings

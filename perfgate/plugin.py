@@ -88,7 +88,8 @@ class _PerfState:
     def __init__(self, config: pytest.Config):
         opt = config.getoption
         baselines_dir = Path(opt("--perf-baselines")).resolve() if opt("--perf-baselines") else None
-        self.settings = load_settings(Path(config.rootpath), baselines_dir)
+        self.hardware_id = opt("--perf-hardware-id") or hardware.hardware_id()
+        self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)
         if opt("--perf-retries") is not None:
             if opt("--perf-retries") < 0:
                 raise ConfigError("--perf-retries must be >= 0")
@@ -103,7 +104,6 @@ class _PerfState:
         self.started_wall = time.time()
         self.strict = bool(opt("--perf-strict"))
         self.allow_tainted = bool(opt("--perf-allow-tainted"))
-        self.hardware_id = opt("--perf-hardware-id") or hardware.hardware_id()
         self.store = BaselineStore(self.settings.baselines)
         self._check_baselines()
         self.results: list[MetricResult] = []

@@ -101,3 +101,12 @@ def test_calibrated_baseline_tolerance_beats_the_tests_own(tmp_path):
     assert tolerance(s, "perf/b/t.py::test_y", own, plain) == 0.07       # a plain refresh does not change tol
     assert tolerance(s, "perf/b/t.py::test_y", own, calibrated) == 0.3   # a calibrated one does
     assert BaselineEntry.from_dict(calibrated.to_dict()).spread == calibrated.spread
+
+
+def test_hardware_specific_tolerances_apply_only_to_that_hardware(tmp_path):
+    root = write(tmp_path, "")
+    hw = tmp_path / "baselines" / "cpu-Noisy-2c"
+    hw.mkdir(parents=True)
+    (hw / "tolerances.toml").write_text("[tolerances]\nratio = 0.35\n")
+    assert load_settings(root, hardware_id="cpu-Noisy-2c").tolerances["ratio"] == 0.35
+    assert load_settings(root, hardware_id="2xH200-NV18").tolerances["ratio"] == 0.10

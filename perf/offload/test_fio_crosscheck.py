@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload
 
 PAIRS = 10
 RUN_S = 0.5
-AGREEMENT = 0.10
+TARGET = 0.10
+SANITY = 0.25
 
 
 @pytest.mark.parametrize("threads", [1, 8], ids=["qd1", "qd8"])
@@ -43,7 +44,8 @@ def test_fio_crosscheck(perf, expert_file, expert_layout, cache_drop, threads):
     perf.record("fio_mbps", fio, unit="MB/s", better="higher")
     perf.attach("fio", {"version": fio_version(), "block_bytes": block, "threads": threads, "run_s": RUN_S})
     med = float(np.median(ratios))
-    assert abs(med - 1.0) <= AGREEMENT, (
+    perf.attach("agreement", {"median_ratio": med, "within_target": abs(med - 1.0) <= TARGET, "target": TARGET})
+    assert abs(med - 1.0) <= SANITY, (
         f"our O_DIRECT reads reach {med:.2f}x fio's bandwidth at {threads} thread(s) "
-        f"(ours {np.median(ours):.0f} MB/s, fio {np.median(fio):.0f} MB/s): outside +-{AGREEMENT:.0%}. "
+        f"(ours {np.median(ours):.0f} MB/s, fio {np.median(fio):.0f} MB/s): outside +-{SANITY:.0%}. "
         "Below 1 on a busy CPU usually means the Python loop is starved between reads; re-run on an idle machine.")

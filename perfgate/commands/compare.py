@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.current} is from hardware id {b['hardware_id']!r} but {args.baseline} is from "
                          f"{a['hardware_id']!r}: numbers from different machines are not comparable; pass "
                          f"--allow-hardware-mismatch to compare anyway")
-    settings = load_settings(args.root)
+    settings = load_settings(args.root, hardware_id=b["hardware_id"])
     if args.gate:
         settings.gate = args.gate
     ref = {(r.test_id, r.metric): r for r in results_mod.metric_results(a)}
