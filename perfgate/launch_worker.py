@@ -18,6 +18,17 @@ from datetime import timedelta
 from pathlib import Path
 
 
+def finish(jobdir: Path, rank: int, result) -> None:
+    """Hand a rank's result to the parent (atomically: it reads whole files only) and leave the group."""
+    import torch.distributed as dist
+
+    tmp = jobdir / f"rank{rank}.result.pkl.tmp"
+    with open(tmp, "wb") as fh:
+        pickle.dump(result, fh)
+    os.replace(tmp, jobdir / f"rank{rank}.result.pkl")
+    dist.destroy_process_group()
+
+
 def _resolve(target: str):
     module_name, _, attr = target.partition(":")
     obj = importlib.import_module(module_name)
@@ -98,11 +109,7 @@ def main(jobdir: Path) -> int:
         ctx.phase("started")
         result = _resolve(job["target"])(job["spec"], ctx)
         ctx.phase("finished")
-        tmp = jobdir / f"rank{rank}.result.pkl.tmp"
-        with open(tmp, "wb") as fh:
-            pickle.dump(result, fh)
-        os.replace(tmp, jobdir / f"rank{rank}.result.pkl")
-        dist.destroy_process_group()
+        finish(jobdir, rank, result)
         return 0
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as text
         text = traceback.format_exc()

@@ -125,7 +125,7 @@ def worker_main(jobdir: Path) -> int:
     import faulthandler
     import signal
 
-    from perfgate.launch_worker import _resolve
+    from perfgate.launch_worker import _resolve, finish
 
     os.environ.update(_env_from_slurm(dict(os.environ)))
     rank = int(os.environ.get("RANK", -1))
@@ -137,17 +137,11 @@ def worker_main(jobdir: Path) -> int:
             job = pickle.load(fh)
         target = _resolve(job["target"])  # a bad target fails here, before the rendezvous waits on it
         _init(job["backend"], job["pg_timeout_s"])
-        import torch.distributed as dist
-
         ctx = _context(job["backend"], str(jobdir), jobdir)
         ctx.phase("started")
         result = target(job["spec"], ctx)
         ctx.phase("finished")
-        tmp = jobdir / f"rank{rank}.result.pkl.tmp"
-        with open(tmp, "wb") as fh:
-            pickle.dump(result, fh)
-        os.replace(tmp, jobdir / f"rank{rank}.result.pkl")
-        dist.destroy_process_group()
+        finish(jobdir, rank, result)
         return 0
     except BaseException:  # noqa: BLE001 - every failure must reach the head node as text
         text = f"host {socket.gethostname()} pid {os.getpid()}\n" + traceback.format_exc()
