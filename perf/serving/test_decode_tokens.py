@@ -1,0 +1,31 @@
+"""Single-stream decode speed, dense and MoE: one request at a time, many forced tokens.
+
+decode tok/s per request = 1000 / TPOT, TPOT = (E2EL - TTFT) / (output tokens - 1) with the
+server's token count. Absolute figures (recorded everywhere, gated where the plugin gates
+absolute metrics, i.e. on GPU hardware ids); the in-run invariant is 0 failed requests.
+"""
+from __future__ import annotations
+
+import pytest
+
+from perfgate.workloads.serving.loadgen import random_requests, run_load
+from perfgate.workloads.serving.serving_metrics import summarize
+
+
+@pytest.mark.parametrize("model_kind", ["dense", "moe"])
+def test_single_stream_decode(perf, request, serving_profile, model_kind):
+    t = request.getfixturevalue("vllm_dense" if model_kind == "dense" else "vllm_moe")
+    p = t.profile
+    reqs = random_requests(t.token_pool, p.decode_requests, p.decode_input_len, p.decode_output_len, seed=8000)
+    result = run_load(t.load(reqs, max_concurrency=1))
+    assert result.failed == 0, f"{result.failed} failed requests: {result.errors()}"
+    s = summarize(result.records, result.duration_s)
+    assert all(r.output_tokens == p.decode_output_len for r in result.records), \
+        f"ignore_eos not honoured: output tokens {[r.output_tokens for r in result.records]}"
+    perf.record("decode_tok_s", s.decode_tok_s_values, unit="tok/s", better="higher")
+    perf.record("tpot_ms", s.tpot_ms_values, unit="ms", better="lower")
+    perf.record("ttft_ms", s.ttft_ms_values, unit="ms", better="lower")
+    perf.record("itl_p50_ms", [s.itl_ms.median], unit="ms", better="lower")
+    perf.attach("requests", [r.to_dict() for r in result.records])
+    perf.attach("workload", {"model": str(t.server.spec.model), "input_len": p.decode_input_len,
+                             "output_len": p.decode_output_len, "requests": p.decode_requests})

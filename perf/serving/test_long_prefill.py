@@ -1,0 +1,62 @@
+"""Long-prefill interference: what long prompts arriving mid-stream do to running decodes
+(seed §10.4: 1024-token prompts lifted TTFT to ~1 s and slowed decode TPOT to 72-91 ms).
+
+Each repetition runs the same shape of decode streams twice: alone, then with a few
+long-prompt requests (output 1 token) arriving while they decode. Gated: the decode
+streams' median E2EL, median TPOT and p99 inter-chunk latency with prefills over without
+(in-run ratios); recorded: the long prompts' own TTFT and the decode streams' latencies.
+"""
+from __future__ import annotations
+
+from perfgate.workloads.serving.loadgen import long_prefill_requests, random_requests, run_load, run_loads_concurrently
+from perfgate.workloads.serving.serving_metrics import summarize
+
+
+def test_long_prefill_interference(perf, vllm_dense, record_latency):
+    t = vllm_dense
+    p = t.profile
+    n_decode = 2 * p.decode_streams
+    alone, mixed, prefill, raw = [], [], [], []
+    for rep in range(p.reps):
+        decode = random_requests(t.token_pool, n_decode, p.input_len, p.decode_stream_output_len, seed=5000 + rep,
+                                 tag="decode")
+        a = run_load(t.load(decode, max_concurrency=p.decode_streams, seed=rep))
+        assert a.failed == 0, f"decode alone: {a.failed} failed requests: {a.errors()}"
+        s_alone = summarize(a.records, a.duration_s)
+        # fresh prompts (the prefix cache is on) with the same shape; prefills spread over the
+        # decode phase's measured length, evenly (burstiness 100 ~ a metronome)
+        decode2 = random_requests(t.token_pool, n_decode, p.input_len, p.decode_stream_output_len,
+                                  seed=5500 + rep, tag="decode")
+        longs = long_prefill_requests(t.token_pool, p.long_prefill_requests, p.long_prefill_len, 1, seed=6000 + rep)
+        rate = p.long_prefill_requests / max(0.05, 0.6 * a.duration_s)
+        d, lp = run_loads_concurrently([
+            t.load(decode2, max_concurrency=p.decode_streams, seed=rep),
+            t.load(longs, rate_rps=rate, burstiness=100.0, seed=rep)])
+        assert d.failed == 0 and lp.failed == 0, f"with prefills: {d.errors() + lp.errors()}"
+        s_mixed, s_lp = summarize(d.records, d.duration_s), summarize(lp.records, lp.duration_s)
+        alone.append(s_alone)
+        mixed.append(s_mixed)
+        prefill.append(s_lp)
+        raw.append({"rep": rep, "alone": [r.to_dict() for r in a.records], "mixed": [r.to_dict() for r in d.records],
+                    "long_prefill": [r.to_dict() for r in lp.records], "prefill_rate_rps": rate})
+
+    perf.record("decode_e2el_with_vs_without_prefill", [m.e2el_ms.median / a.e2el_ms.median
+                                                        for m, a in zip(mixed, alone)], unit="x", better="lower")
+    # TPOT and chunk gaps are 0 when a starved client reads a whole answer at once (an overloaded
+    # machine); such repetitions say nothing about interference and are left out of these two.
+    tpot = [m.tpot_ms.median / a.tpot_ms.median for m, a in zip(mixed, alone) if a.tpot_ms.median > 0]
+    itl = [m.itl_ms.percentiles["p99"] / a.itl_ms.percentiles["p99"] for m, a in zip(mixed, alone)
+           if a.itl_ms.percentiles["p99"] > 0]
+    assert len(tpot) >= max(1, p.reps // 2), (
+        f"decode tokens arrived in one chunk in {p.reps - len(tpot)} of {p.reps} repetitions: the client or the "
+        "API server was starved of CPU (machine overloaded?), so per-token timings are meaningless")
+    perf.record("decode_tpot_with_vs_without_prefill", tpot, unit="x", better="lower")
+    if itl:
+        perf.record("decode_itl_p99_with_vs_without_prefill", itl, unit="x", better="lower")
+    record_latency(perf, alone, prefix="decode_alone_")
+    record_latency(perf, mixed, prefix="decode_with_prefill_")
+    perf.record("long_prefill_ttft_ms", [v for s in prefill for v in s.ttft_ms_values], unit="ms", better="lower")
+    perf.attach("workload", {"decode_streams": p.decode_streams, "decode_requests": n_decode,
+                             "decode_input_len": p.input_len, "decode_output_len": p.decode_stream_output_len,
+                             "long_prefill_len": p.long_prefill_len, "long_prefill_requests": p.long_prefill_requests})
+    perf.attach("requests", raw)

