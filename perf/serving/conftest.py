@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from fixtures.serving import (ServingTarget, server_pool, serving_models,  # noqa: F401  (fixtures)
-                              serving_profile, vllm_dense, vllm_dense_no_prefix_cache, vllm_moe)
+                              serving_profile, vllm_dense, prefix_cache_servers, vllm_moe)
 
 # Server configurations in the order tests should use them; a server is started at its first
 # use and stopped when a later configuration needs the room, so grouping tests by configuration
@@ -21,7 +21,7 @@ def _server_group(item: pytest.Item) -> str:
     params = getattr(getattr(item, "callspec", None), "params", {})
     if "vllm_moe" in names or params.get("model_kind") == "moe":
         return "moe"
-    if "vllm_dense_no_prefix_cache" in names:
+    if "prefix_cache_servers" in names:
         return "dense+no-prefix-cache"
     if "vllm_dense" in names or params.get("model_kind") == "dense":
         return "dense"
@@ -32,7 +32,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     here = [i for i, item in enumerate(items) if "perf/serving/" in item.nodeid.replace("\\", "/")]
     if not here:
         return
-    ordered = sorted((items[i] for i in here), key=lambda it: _ORDER.index(_server_group(it)))
+    def key(it: pytest.Item):
+        profile = getattr(getattr(it, "callspec", None), "params", {}).get("serving_profile", "")
+        return (profile, _ORDER.index(_server_group(it)))
+    ordered = sorted((items[i] for i in here), key=key)
     for slot, item in zip(here, ordered):
         items[slot] = item
 

@@ -29,21 +29,30 @@ def _cold_then_warm(target, reqs, seed):
     return phases
 
 
-def test_prefix_cache_on_vs_off(perf, vllm_dense, vllm_dense_no_prefix_cache, record_latency):
-    on, off = vllm_dense, vllm_dense_no_prefix_cache
-    p = on.profile
+def test_prefix_cache_on_vs_off(perf, prefix_cache_servers, record_latency):
+    get, side_by_side = prefix_cache_servers
+    p = get(True).profile
+    workloads = [shared_prefix_requests(get(True).token_pool, p.prefix_requests, p.num_prefixes, p.prefix_len,
+                                        p.suffix_len, p.prefix_output_len, seed=7000 + rep) for rep in range(p.reps)]
+    res = {"on": {}, "off": {}}
+    if side_by_side:  # alternate servers every repetition, so drift hits both
+        for rep, reqs in enumerate(workloads):
+            for name in (("on", "off") if rep % 2 == 0 else ("off", "on")):
+                res[name][rep] = _cold_then_warm(get(name == "on"), reqs, seed=rep)
+    else:  # one server at a time (GPU memory): every repetition on "on", then on "off"
+        for name in ("on", "off"):
+            target = get(name == "on")
+            for rep, reqs in enumerate(workloads):
+                res[name][rep] = _cold_then_warm(target, reqs, seed=rep)
+
     ratios = {k: [] for k in ("warm_rps_on_vs_off", "cold_rps_on_vs_off", "warm_ttft_on_vs_off",
                               "cold_ttft_on_vs_off", "on_warm_vs_cold_rps", "off_warm_vs_cold_rps")}
     hit_warm, hit_cold, phases_by_server, raw = [], [], {"on": [], "off": []}, []
     for rep in range(p.reps):
-        reqs = shared_prefix_requests(on.token_pool, p.prefix_requests, p.num_prefixes, p.prefix_len,
-                                      p.suffix_len, p.prefix_output_len, seed=7000 + rep)
-        order = (("on", on), ("off", off)) if rep % 2 == 0 else (("off", off), ("on", on))
-        res = {name: _cold_then_warm(t, reqs, seed=rep) for name, t in order}
         for phase in ("cold", "warm"):
-            off_hits = res["off"][phase][1]
+            off_hits = res["off"][rep][phase][1]
             assert off_hits == 0, f"prefix caching is off but the server counted {off_hits:.0f} hit tokens ({phase})"
-        s = {(n, ph): res[n][ph][0] for n in ("on", "off") for ph in ("cold", "warm")}
+        s = {(n, ph): res[n][rep][ph][0] for n in ("on", "off") for ph in ("cold", "warm")}
         for ph in ("cold", "warm"):
             ratios[f"{ph}_rps_on_vs_off"].append(s["on", ph].request_throughput_rps
                                                  / s["off", ph].request_throughput_rps)
@@ -52,13 +61,13 @@ def test_prefix_cache_on_vs_off(perf, vllm_dense, vllm_dense_no_prefix_cache, re
             ratios[f"{n}_warm_vs_cold_rps"].append(s[n, "warm"].request_throughput_rps
                                                    / s[n, "cold"].request_throughput_rps)
             phases_by_server[n].append(s)
-        hit_cold.append(res["on"]["cold"][2])
-        hit_warm.append(res["on"]["warm"][2])
-        raw.append({"rep": rep, "order": [n for n, _ in order],
-                    "phases": {f"{n}-{ph}": {"summary": res[n][ph][0].to_dict(), "server_hit_tokens": res[n][ph][1],
-                                             "records": [r.to_dict() for r in res[n][ph][3].records]}
+        hit_cold.append(res["on"][rep]["cold"][2])
+        hit_warm.append(res["on"][rep]["warm"][2])
+        raw.append({"rep": rep, "side_by_side": side_by_side,
+                    "phases": {f"{n}-{ph}": {"summary": res[n][rep][ph][0].to_dict(),
+                                             "server_hit_tokens": res[n][rep][ph][1],
+                                             "records": [r.to_dict() for r in res[n][rep][ph][3].records]}
                                for n in ("on", "off") for ph in ("cold", "warm")}})
-
     assert all(math.isfinite(h) for h in hit_cold + hit_warm), "prefix cache counters did not move on the 'on' server"
     perf.record("warm_rps_on_vs_off", ratios["warm_rps_on_vs_off"], unit="x", better="higher")
     perf.record("warm_ttft_on_vs_off", ratios["warm_ttft_on_vs_off"], unit="x", better="lower")
