@@ -26,7 +26,7 @@ from typing import Literal
 
 from .gguf_layout import ExpertLayout, ExpertSegments, Segment
 from .page_cache import DIRECT_ALIGN, PAGE, aligned_span, drop_cache, open_for_reads
-from .read_pool import Arena, ReadPool, pread_exact
+from .read_pool import Arena, PooledFile, pread_exact
 
 Mode = Literal["sequential", "parallel"]
 
@@ -79,7 +79,7 @@ def split_segment(seg: Segment, parts: int, align: int = DIRECT_ALIGN) -> list[S
 
 
 @dataclass
-class ExpertReader:
+class ExpertReader(PooledFile):
     """Open model file, arena and pools; `sample(spec)` measures one cold read of k experts."""
 
     layout: ExpertLayout
@@ -94,10 +94,6 @@ class ExpertReader:
         per_expert = sum(aligned_span(0, n)[1] + 2 * DIRECT_ALIGN for n in self.layout.segment_bytes)
         self.arena = Arena(per_expert * self.max_k + 64 * DIRECT_ALIGN)
 
-    def pool(self, threads: int) -> ReadPool:
-        if threads not in self._pools:
-            self._pools[threads] = ReadPool(threads)
-        return self._pools[threads]
 
     def pick(self, k: int) -> list[ExpertSegments]:
         """k distinct random experts of one random MoE layer."""
@@ -177,19 +173,6 @@ class ExpertReader:
     def bytes_of(self, spec: ReadSpec) -> int:
         return spec.k * self.layout.expert_bytes
 
-    def close(self) -> None:
-        for p in self._pools.values():
-            p.close()
-        self._pools.clear()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> "ExpertReader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def read_expert_bytes(path, ex: ExpertSegments) -> tuple[bytes, bytes, bytes]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .page_cache import DIRECT_ALIGN, drop_cache, open_for_reads
-from .read_pool import Arena, ReadPool
+from .read_pool import Arena, PooledFile
 
 DEFAULT_THREADS = (1, 2, 4, 8, 12, 16)
 
@@ -80,7 +80,7 @@ def random_offsets(rng: random.Random, file_bytes: int, block_bytes: int, n: int
 
 
 @dataclass
-class DeviceProbe:
+class DeviceProbe(PooledFile):
     """Open file + read pools; one `round()` call measures one (threads, block) cell."""
 
     path: Path
@@ -96,10 +96,6 @@ class DeviceProbe:
         self.rng = random.Random(self.seed)
         self.arena = Arena(1)
 
-    def pool(self, threads: int) -> ReadPool:
-        if threads not in self._pools:
-            self._pools[threads] = ReadPool(threads)
-        return self._pools[threads]
 
     def round(self, threads: int, block_bytes: int, n_reads: int = 64) -> ProbeRound:
         """Drop the cache, then n_reads random reads over `threads` threads."""
@@ -143,19 +139,6 @@ class DeviceProbe:
                 progress(t)
         return out
 
-    def close(self) -> None:
-        for p in self._pools.values():
-            p.close()
-        self._pools.clear()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> "DeviceProbe":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def rounds_as_json(rounds: list[ProbeRound]) -> list[dict]:

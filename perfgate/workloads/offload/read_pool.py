@@ -139,3 +139,32 @@ class Arena:
     @staticmethod
     def bytes_needed(lengths: list[int]) -> int:
         return sum(-(-n // Arena.ALIGN) * Arena.ALIGN for n in lengths)
+
+
+class PooledFile:
+    """Mixin for readers that own one open fd and lazily created thread pools, closed together.
+
+    Subclasses (dataclasses) define ``fd`` and ``_pools``; this keeps the pool cache and the
+    tear-down in one place for the device probe and the expert reader."""
+
+    fd: int
+    _pools: dict
+
+    def pool(self, threads: int) -> "ReadPool":
+        if threads not in self._pools:
+            self._pools[threads] = ReadPool(threads)
+        return self._pools[threads]
+
+    def close(self) -> None:
+        for p in self._pools.values():
+            p.close()
+        self._pools.clear()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
