@@ -449,7 +449,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             "not gated (--perf-allow-tainted to gate anyway)"
         tr.write_line(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted), yellow=True)
     title = f"perfgate: {state.hardware_id} (baselines: {state.settings.baselines})"
-    tr.write(report.render_table(state.results, title, width=max(120, tr._tw.fullwidth)))
+    # Wide enough that a test id is never cut: CI logs are read in a browser, not an 80-column tty.
+    longest = max((len(report.short_id(r.test_id)) + len(r.metric) for r in state.results), default=0)
+    tr.write(report.render_table(state.results, title, width=max(120, tr._tw.fullwidth, longest + 90)))
     regressions = [r for r in state.results if r.gated and r.outcome == "regression"]
     software = hardware.fingerprint()["software"]
     for r in regressions:
