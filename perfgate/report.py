@@ -60,7 +60,7 @@ def table(results: Iterable[MetricResult], title: str) -> Table:
     t = Table(title=title, show_lines=False, header_style="bold")
     for col, just in (("test", "left"), ("metric", "left"), ("baseline", "right"), ("current", "right"),
                       ("unit", "left"), ("change", "right"), ("tol", "right"), ("verdict", "left")):
-        t.add_column(col, justify=just, overflow="fold", no_wrap=col in ("test", "metric"))
+        t.add_column(col, justify=just, overflow="fold", no_wrap=col in ("test", "metric", "verdict"))
     for r in results:
         base = r.baseline["median"] if r.baseline else None
         tol = f"{r.tol:.3f}" if r.unit == "fraction" else f"{r.tol * 100:.0f}%"
