@@ -31,6 +31,8 @@ class Settings:
     gate: str = "auto"
     tolerances: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     overrides: dict[str, float] = field(default_factory=dict)
+    # ``test_id_glob@metric_glob`` -> why it is recorded but never fails on this machine
+    record_only: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
 
     def override_for(self, test_id: str, metric: str) -> float | None:
@@ -42,6 +44,14 @@ class Settings:
         for pattern, tol in self.overrides.items():
             if "@" not in pattern and fnmatch.fnmatchcase(test_id, pattern):
                 return tol
+        return None
+
+    def record_only_reason(self, test_id: str, metric: str) -> str | None:
+        """Why ``metric`` of ``test_id`` is recorded but not gated here, or None if it is gated as usual."""
+        key = f"{test_id}@{metric}"
+        for pattern, reason in self.record_only.items():
+            if fnmatch.fnmatchcase(key if "@" in pattern else test_id, pattern):
+                return reason
         return None
 
 
@@ -62,7 +72,7 @@ def _read_toml(path: Path) -> dict:
 
 
 def _apply(settings: Settings, table: dict, where: str) -> None:
-    known = {"baselines", "retries", "gate", "tolerances", "overrides"}
+    known = {"baselines", "retries", "gate", "tolerances", "overrides", "record_only"}
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -82,6 +92,11 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
         settings.tolerances[family] = _number(value, f"{where}.tolerances.{family}")
     for pattern, value in (table.get("overrides") or {}).items():
         settings.overrides[pattern] = _number(value, f"{where}.overrides.{pattern!r}")
+    for pattern, reason in (table.get("record_only") or {}).items():
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError(f"{where}.record_only.{pattern!r}: give the reason as a non-empty string "
+                              f"(it is shown in the report), got {reason!r}")
+        settings.record_only[pattern] = reason.strip()
 
 
 def load_settings(rootdir: Path, baselines_dir: Path | None = None, hardware_id: str | None = None) -> Settings:

@@ -1,7 +1,8 @@
 """Turn one recorded metric and its baseline entry into a MetricResult with a verdict.
 
 The one place that decides *whether* a metric is gated (ratios everywhere, absolute
-numbers on GPU hardware ids, as `gate` says) and *which* tolerance applies. Used by the
+numbers on GPU hardware ids, as `gate` says; never what a machine's ``record_only`` table
+names, unless gate is "all") and *which* tolerance applies. Used by the
 plugin during a run and by `perfgate compare` on saved results, so both agree.
 """
 from __future__ import annotations
@@ -59,7 +60,8 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
         verdict = decide(list(entry.summary.samples), values, better=metric.better, tol=tol, absolute_tol=absolute,
                          abs_floor=ABS_FLOORS.get(metric.unit, 0.0),
                          baseline_median=entry.summary.median if few else None)
-    gated = is_gated(metric.unit, hardware_id, settings.gate) and not tainted
+    gated = (is_gated(metric.unit, hardware_id, settings.gate) and not tainted
+             and (settings.gate == "all" or settings.record_only_reason(test_id, metric.name) is None))
     return MetricResult(test_id=test_id, area=area_of(test_id), metric=metric.name, unit=metric.unit,
                         better=metric.better, tol=tol, gated=gated, summary=summary, verdict=verdict.to_dict(),
                         baseline=baseline_view(entry) if entry else None, attempts=attempts,

@@ -110,3 +110,29 @@ def test_hardware_specific_tolerances_apply_only_to_that_hardware(tmp_path):
     (hw / "tolerances.toml").write_text("[tolerances]\nratio = 0.35\n")
     assert load_settings(root, hardware_id="cpu-Noisy-2c").tolerances["ratio"] == 0.35
     assert load_settings(root, hardware_id="2xH200-NV18").tolerances["ratio"] == 0.10
+
+
+def test_record_only_metrics_are_kept_but_never_gated(tmp_path):
+    from perfgate.gate import evaluate
+
+    root = write(tmp_path, "")
+    hw = tmp_path / "baselines" / "cpu-Noisy-2c"
+    hw.mkdir(parents=True)
+    (hw / "tolerances.toml").write_text('[record_only]\n"perf/s/*::test_rate*@slo_*" = "moves by whole requests"\n')
+    s = load_settings(root, hardware_id="cpu-Noisy-2c")
+    m = Metric("slo_attainment@0.5x", "fraction", "higher", summarize([0.5] * 5))
+    other = Metric("speedup", "x", "higher", summarize([0.5] * 5))
+    tid = "perf/s/t.py::test_rate[cpu]"
+    assert s.record_only_reason(tid, m.name) == "moves by whole requests"
+    assert s.record_only_reason(tid, other.name) is None
+    assert not evaluate(tid, m, None, settings=s, hardware_id="cpu-Noisy-2c").gated
+    assert evaluate(tid, other, None, settings=s, hardware_id="cpu-Noisy-2c").gated
+    s.gate = "all"  # --perf-gate=all gates everything, record_only included
+    assert evaluate(tid, m, None, settings=s, hardware_id="cpu-Noisy-2c").gated
+    assert load_settings(root, hardware_id="2xH200-NV18").record_only == {}
+
+
+def test_record_only_needs_a_reason(tmp_path):
+    root = write(tmp_path, '[tool.perfgate.record_only]\n"perf/*" = ""\n')
+    with pytest.raises(ConfigError, match="reason"):
+        load_settings(root)

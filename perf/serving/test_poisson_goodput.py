@@ -58,8 +58,9 @@ def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
         tag = f"@{frac:g}x"
         perf.record(f"completed_rps{tag}", [s.request_throughput_rps for s in sums], unit="req/s", better="higher")
         perf.record(f"goodput_rps{tag}", [s.goodput_rps for s in sums], unit="req/s", better="higher")
-        # Attainment is a fraction of this run's own requests: gated on every machine. Past
-        # capacity it swings between repetitions, so its tolerance is wider there.
+        # Attainment is a fraction of this run's own requests. Past capacity it swings between
+        # repetitions, so its tolerance is wider there. On the shared CPU VMs it is record-only
+        # (baselines/cpu-*/tolerances.toml says why).
         perf.record(f"slo_attainment{tag}", [s.slo_attainment for s in sums], unit="fraction", better="higher",
                     tol=None if frac < 1.0 else 0.15)
         record_latency(perf, sums, prefix=f"{frac:g}x_")
