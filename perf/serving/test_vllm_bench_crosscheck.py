@@ -17,9 +17,9 @@ of most requests in one read: median TPOT ~0, TTFT = E2EL) says nothing about th
 and is run again, up to a limit (if every round is starved, the test is skipped and says so). Rounds whose tokens came in pairs (median ITL ~0, TPOT fine)
 still compare TTFT, TPOT and E2EL, but not ITL. Over the rounds, E2EL and ITL medians must
 agree within 5 % (the issue's target), TPOT within 10 % and TTFT within 35 % (asserted). TTFT
-is a 10-20 ms figure on CPU, and ours reads lower than bench's: 0.73-0.94 per round with
-token-id prompts and 0.83-1.16 with text prompts (median over rounds 0.84-0.85 both ways),
-a 2-3 ms gap whose cause is still open; see docs/serving.md for the measured rounds.
+is a 10-25 ms figure on CPU and moves most between rounds: in three runs here, ours/bench
+read 0.71-1.16 per round (median over rounds 0.85, 0.84, 1.05), and ours tends to read a few
+ms earlier, cause still open; see docs/serving.md for the measured rounds.
 """
 from __future__ import annotations
 
