@@ -240,19 +240,3 @@ def word_ids_of(model_dir: Path | str) -> list[int]:
         ids = [i for i in range(len(vocab)) if i not in special]
     return sorted(ids)
 
-
-def prompts_as_text(model_dir: Path | str, requests):
-    """The same requests with token-id prompts decoded to text by the model's own tokenizer.
-
-    For comparisons with clients that send text (`vllm bench serve` does), so the server does
-    the same work for both: tokenizing a prompt is part of TTFT. With this module's word-level
-    tokenizer the text re-tokenizes to exactly the same ids; with a BPE tokenizer the length may
-    differ slightly, and the server's usage chunk reports the real one.
-    """
-    from dataclasses import replace
-
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-    return tuple(replace(r, prompt=tok.decode(list(r.prompt))) if isinstance(r.prompt, tuple) else r
-                 for r in requests)
