@@ -3,10 +3,16 @@
 decode tok/s per request = 1000 / TPOT, TPOT = (E2EL - TTFT) / (output tokens - 1) with the
 server's token count. Absolute figures (recorded everywhere, gated where the plugin gates
 absolute metrics, i.e. on GPU hardware ids); the in-run invariant is 0 failed requests.
+
+On 2 shared vCPUs a client is now and then starved for a whole run and reads every answer in
+one piece (TPOT 0, no decode speed to compute: seen in a CI run, all 5 requests). Such a run
+is measured again, up to ATTEMPTS times, and the test skips with that reason if none streamed.
 """
 from __future__ import annotations
 
 import pytest
+
+ATTEMPTS = 3
 
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.serving_metrics import summarize
@@ -17,11 +23,17 @@ def test_single_stream_decode(perf, request, serving_profile, model_kind):
     t = request.getfixturevalue("vllm_dense" if model_kind == "dense" else "vllm_moe")
     p = t.profile
     reqs = random_requests(t.token_pool, p.decode_requests, p.decode_input_len, p.decode_output_len, seed=8000)
-    result = run_load(t.load(reqs, max_concurrency=1))
-    assert result.failed == 0, f"{result.failed} failed requests: {result.errors()}"
-    s = summarize(result.records, result.duration_s)
-    assert all(r.output_tokens == p.decode_output_len for r in result.records), \
-        f"ignore_eos not honoured: output tokens {[r.output_tokens for r in result.records]}"
+    for _ in range(ATTEMPTS):
+        result = run_load(t.load(reqs, max_concurrency=1))
+        assert result.failed == 0, f"{result.failed} failed requests: {result.errors()}"
+        s = summarize(result.records, result.duration_s)
+        assert all(r.output_tokens == p.decode_output_len for r in result.records), \
+            f"ignore_eos not honoured: output tokens {[r.output_tokens for r in result.records]}"
+        if s.decode_tok_s_values:
+            break
+    else:
+        pytest.skip(f"in {ATTEMPTS} runs every answer arrived in one read (client starved of CPU): "
+                    "no decode speed to measure on this machine now")
     perf.record("decode_tok_s", s.decode_tok_s_values, unit="tok/s", better="higher")
     perf.record("tpot_ms", s.tpot_ms_values, unit="ms", better="lower")
     perf.record("ttft_ms", s.ttft_ms_values, unit="ms", better="lower")
