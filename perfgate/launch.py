@@ -245,16 +245,17 @@ class _Job:
         # SIGKILL is asynchronous: return only once the groups are empty, so that "launch
         # returned" means "nothing of the job runs any more".
         deadline = time.monotonic() + _KILL_GRACE_S
-        while any(self._group_alive(p.pid) for p in self.procs) and time.monotonic() < deadline:
+        while any(process_group_alive(p.pid) for p in self.procs) and time.monotonic() < deadline:
             time.sleep(0.02)
 
-    @staticmethod
-    def _group_alive(pgid: int) -> bool:
-        try:
-            os.killpg(pgid, 0)
-            return True
-        except (ProcessLookupError, PermissionError):
-            return False
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still exists (signal 0 delivers nothing)."""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
 def _kill_all(procs: list[subprocess.Popen]) -> None:

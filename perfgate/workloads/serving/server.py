@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from perfgate.launch import process_group_alive
+
 VLLM_CLI = (
     "import importlib.metadata as m, sys\n"
     "_v = m.version\n"
@@ -215,7 +217,7 @@ class VllmServer:
             return resp.read().decode()
 
     def stop(self) -> None:
-        if self.proc.returncode is None or _group_alive(self.proc.pid):
+        if self.proc.returncode is None or process_group_alive(self.proc.pid):
             kill_process_tree(self.proc)
         remove_short_tmpdir(Path(self.spec.work_dir))
 
@@ -224,14 +226,6 @@ class VllmServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
 
 
 def _health_ok(url: str) -> bool:
