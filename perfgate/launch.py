@@ -13,7 +13,9 @@ Usage::
 runs ``run(spec, ctx)`` on every rank with the default process group initialised and
 returns the per-rank return values. A failing rank raises :class:`WorkerFailure`
 carrying its traceback and the other ranks' last lines; a hang raises
-:class:`WorkerTimeout` with each rank's in-flight phase and Python stack. A
+:class:`WorkerTimeout` with each rank's in-flight phase and Python stack, found by the
+rank's silence (a stopped or frozen rank) or by a work budget proportional to the job's
+expected duration (perfgate.liveness), else by ``timeout_s``. A
 process-group timeout inside a collective (gloo/NCCL give up before the parent does)
 is reported as the hang it is, not as a failure of the rank that noticed it first.
 
@@ -40,6 +42,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+from perfgate.liveness import (BUDGET_MULTIPLE, MIN_BUDGET_S, SILENT_AFTER_S, HeartbeatWatch, Silence,
+                               expected_duration, hang_budget_s)
 
 DEFAULT_TIMEOUT_S = 300.0
 _KILL_GRACE_S = 3.0
@@ -222,6 +227,7 @@ class _Job:
         """SIGTERM every rank's process group and escaped child, then SIGKILL what is left."""
         self.scan(force=True)
         self._signal_groups(signal.SIGTERM)
+        self._signal_groups(signal.SIGCONT)  # a stopped (SIGSTOPped) rank acts on SIGTERM only once continued
         for child in self._escaped():
             with contextlib.suppress(Exception):
                 child.terminate()
@@ -298,6 +304,8 @@ def launch(
     env: dict[str, str] | None = None,
     pg_timeout_s: float | None = None,
     startup_timeout_s: float | None = None,
+    expected_s: float | None = None,
+    silent_after_s: float = SILENT_AFTER_S,
 ) -> list[Any]:
     """Run ``target(spec, ctx)`` on ``world_size`` fresh ranks and return their results.
 
@@ -311,6 +319,13 @@ def launch(
     work tightly. The process group's own timeout (``pg_timeout_s``) defaults to just under
     ``timeout_s`` so that a hang inside a collective is reported by the library too, but
     the parent's kill is what guarantees the bound.
+
+    Hangs are found sooner than ``timeout_s`` when possible (perfgate.liveness): when the
+    work's expected duration is known (``expected_s``, else the spec's ``expected_s()``),
+    the work may take ``max(30 s, 3 x expected)`` (never more than ``timeout_s``); and a
+    rank that sends no heartbeat for ``silent_after_s`` while using no CPU (stopped,
+    frozen) ends the job at once. A slow rank whose heartbeats arrive is never cut short
+    by the latter.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -323,6 +338,12 @@ def launch(
     startup_timeout_s = max(120.0, timeout_s) if startup_timeout_s is None else startup_timeout_s
     if not startup_timeout_s > 0:
         raise ValueError(f"startup_timeout_s must be > 0, got {startup_timeout_s}")
+    if expected_s is None:
+        expected_s = expected_duration(spec)
+    if expected_s is not None and not expected_s > 0:
+        raise ValueError(f"expected_s must be > 0 seconds, got {expected_s}")
+    if not silent_after_s > 0:
+        raise ValueError(f"silent_after_s must be > 0, got {silent_after_s}")
     fault = (env or {}).get(FAULT_ENV, os.environ.get(FAULT_ENV))
     if fault:
         Fault.parse(fault)  # a typo in the knob fails here, not as a confusing rank failure
@@ -335,12 +356,27 @@ def launch(
         ids = [int(v) for v in visible.split(",") if v.strip()] if visible else list(range(have))
         devices = ids[:world_size]
     with gpu_locks(devices):
-        return _launch_locked(target, spec, world_size, backend, timeout_s, env or {}, pg_timeout_s,
-                              startup_timeout_s)
+        return _launch_locked(target, spec, world_size, backend, WorkLimit.of(timeout_s, expected_s),
+                              env or {}, pg_timeout_s, startup_timeout_s, silent_after_s)
 
 
-def _launch_locked(target, spec, world_size, backend, timeout_s, env, pg_timeout_s,
-                   startup_timeout_s) -> list[Any]:
+@dataclass(frozen=True)
+class WorkLimit:
+    """How long the work of one job may take, and why (for the hang message)."""
+
+    seconds: float
+    why: str = ""  # empty: the caller's timeout_s
+
+    @classmethod
+    def of(cls, timeout_s: float, expected_s: float | None) -> "WorkLimit":
+        if expected_s is None or hang_budget_s(expected_s) >= timeout_s:
+            return cls(timeout_s)
+        return cls(hang_budget_s(expected_s),
+                   f"max({MIN_BUDGET_S:g} s, {BUDGET_MULTIPLE:g} x the expected {expected_s:.3g} s)")
+
+
+def _launch_locked(target, spec, world_size, backend, limit: WorkLimit, env, pg_timeout_s,
+                   startup_timeout_s, silent_after_s) -> list[Any]:
     from torch.distributed import TCPStore  # parent owns the rendezvous: port 0, no clashes
     from datetime import timedelta
 
@@ -350,8 +386,8 @@ def _launch_locked(target, spec, world_size, backend, timeout_s, env, pg_timeout
     store = None
     try:
         store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                         timeout=timedelta(seconds=max(startup_timeout_s, timeout_s, 30)))
-        pg_timeout = pg_timeout_s if pg_timeout_s is not None else max(10.0, timeout_s - 5.0)
+                         timeout=timedelta(seconds=max(startup_timeout_s, limit.seconds, 30)))
+        pg_timeout = pg_timeout_s if pg_timeout_s is not None else max(10.0, limit.seconds - 5.0)
         with open(jobdir / "job.pkl", "wb") as fh:
             pickle.dump({"target": target, "spec": spec, "backend": backend,
                          "pg_timeout_s": pg_timeout, "startup_timeout_s": startup_timeout_s}, fh)
@@ -377,7 +413,8 @@ def _launch_locked(target, spec, world_size, backend, timeout_s, env, pg_timeout
                 ))
             finally:
                 log.close()
-        _wait(job, jobdir, timeout_s, pg_timeout, startup_timeout_s)
+        watch = HeartbeatWatch([jobdir / f"rank{r}.phase" for r in range(world_size)], job.pids, silent_after_s)
+        _wait(job, jobdir, limit, pg_timeout, startup_timeout_s, watch)
         results = []
         for rank in range(world_size):
             with open(jobdir / f"rank{rank}.result.pkl", "rb") as fh:
@@ -429,11 +466,14 @@ def _classify(code: int | None, text: str) -> str:
 _CAUSE_ORDER = {"signal": 0, "error": 0, "timeout": 1, "peer": 2}
 
 
-def _wait(job: _Job, jobdir: Path, timeout_s: float, pg_timeout_s: float | None = None,
-          startup_timeout_s: float | None = None) -> None:
+def _wait(job: _Job, jobdir: Path, limit: WorkLimit, pg_timeout_s: float | None = None,
+          startup_timeout_s: float | None = None, watch: HeartbeatWatch | None = None) -> None:
     procs = job.procs
+    timeout_s = limit.seconds
     started = startup_timeout_s is None  # without a startup clock, timeout_s counts from spawn
     deadline = time.monotonic() + (timeout_s if started else startup_timeout_s)
+    if started and watch is not None:
+        watch.restart()
     failed_at: dict[int, float] = {}
     while True:
         codes = [p.poll() for p in procs]
@@ -441,6 +481,8 @@ def _wait(job: _Job, jobdir: Path, timeout_s: float, pg_timeout_s: float | None 
         if not started and all((jobdir / f"rank{r}.ready").exists() or codes[r] is not None
                                for r in range(len(procs))):
             started, deadline = True, now + timeout_s
+            if watch is not None:
+                watch.restart()  # silence counts from here: importing torch may starve the heartbeat
         for r, c in enumerate(codes):
             if c not in (None, 0):
                 failed_at.setdefault(r, now)
@@ -456,12 +498,16 @@ def _wait(job: _Job, jobdir: Path, timeout_s: float, pg_timeout_s: float | None 
             kinds = {r: _classify(procs[r].returncode, texts[r]) for r in failed_at}
             root = min(failed_at, key=lambda r: (_CAUSE_ORDER[kinds[r]], failed_at[r], r))
             if kinds[root] == "timeout":
-                raise _timeout(job, jobdir, timeout_s, pg_timed_out=(root, pg_timeout_s))
+                raise _timeout(job, jobdir, limit, pg_timed_out=(root, pg_timeout_s))
             raise _failure(job, jobdir, root, texts[root], kinds)
         if all(c == 0 for c in codes):
             return
         if now > deadline:
-            raise _timeout(job, jobdir, timeout_s if started else None, startup_timeout_s=startup_timeout_s)
+            raise _timeout(job, jobdir, limit if started else None, startup_timeout_s=startup_timeout_s)
+        if started and watch is not None:
+            silence = watch.poll([c is None for c in codes])
+            if silence is not None:
+                raise _timeout(job, jobdir, limit, silent=silence)
         job.scan()
         time.sleep(0.05)
 
@@ -525,9 +571,9 @@ def stack_collective(log_text: str) -> str | None:
     return None
 
 
-def _timeout(job: _Job, jobdir: Path, timeout_s: float | None,
+def _timeout(job: _Job, jobdir: Path, limit: WorkLimit | None,
              pg_timed_out: tuple[int, float | None] | None = None,
-             startup_timeout_s: float | None = None) -> WorkerTimeout:
+             startup_timeout_s: float | None = None, silent: Silence | None = None) -> WorkerTimeout:
     procs = job.procs
     # faulthandler in the worker dumps every thread's stack on SIGUSR1: that shows the hang site.
     for p in procs:
@@ -548,15 +594,20 @@ def _timeout(job: _Job, jobdir: Path, timeout_s: float | None,
             collectives[r] = found
     running = [r for r, p in enumerate(procs) if p.poll() is None]
     missing = [r for r in range(len(procs)) if not (jobdir / f"rank{r}.arrived").exists()]
-    if timeout_s is None:
+    if limit is None:
         head = (f"hang at start-up: the ranks did not all join the process group within "
                 f"{startup_timeout_s:g} s; never reached the rendezvous: rank(s) {missing}; "
                 f"killed all {len(procs)} ranks.")
     elif pg_timed_out is not None and phases[pg_timed_out[0]].startswith("init_process_group"):
         head = (f"hang at start-up: rank {pg_timed_out[0]} gave up waiting for the others to join the "
                 f"process group; never reached the rendezvous: rank(s) {missing}; killed all {len(procs)} ranks.")
+    elif silent is not None:
+        head = (f"hang: rank {silent.rank} is frozen (process {silent.state}; no heartbeat for "
+                f"{silent.seconds:.0f} s and no CPU used) in phase {phases[silent.rank]!r}; "
+                f"killed all {len(procs)} ranks.")
     elif pg_timed_out is None:
-        head = f"hang: job did not finish within {timeout_s:g} s; killed all {len(procs)} ranks."
+        why = f" ({limit.why})" if limit.why else ""
+        head = f"hang: job did not finish within {limit.seconds:g} s{why}; killed all {len(procs)} ranks."
     else:
         rank, pg = pg_timed_out
         head = (f"hang: rank {rank}'s collective hit the process-group timeout"

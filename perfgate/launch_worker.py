@@ -75,10 +75,12 @@ def main(jobdir: Path) -> int:
         import torch.distributed as dist
 
         from perfgate.launch import FAULT_ENV, Fault, WorkerContext
+        from perfgate.liveness import start_heartbeat
 
         phase_path = jobdir / f"rank{rank}.phase"
         init_phase = "init_process_group (rendezvous with the other ranks)"
         phase_path.write_text(init_phase)
+        start_heartbeat(phase_path)  # the parent finds a stopped or frozen rank by its silence
         fault = Fault.parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) else None
         if fault is not None and fault.phase and fault.due(rank, init_phase):
             fault.fire(init_phase)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -39,6 +40,11 @@ def allreduce_steps(spec: dict, ctx) -> float:
     t = torch.ones(256)
     for step in range(spec["steps"]):
         ctx.phase(f"all_reduce step {step}")
+        if ctx.rank == 1 and step == spec.get("stop_at_step"):
+            Path(spec["pid_dir"], "stopped_at").write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGSTOP)  # a real stop: every thread of the rank freezes
+        if ctx.rank == 1 and step == spec.get("slow_at_step"):
+            time.sleep(spec["slow_s"])  # slow but alive: its heartbeat thread keeps beating
         dist.all_reduce(t)
     return float(t[0])
 
@@ -84,6 +90,7 @@ def since_fault(exc: Exception) -> float | None:
 
 def _run(tmp_path: Path, fault: str | None, steps: int = 6, **kw):
     spec = {"pid_dir": str(tmp_path), "steps": steps, "escaped_helper": kw.pop("escaped_helper", False)}
+    spec.update(kw.pop("spec", {}))
     t0 = time.monotonic()
     try:
         return launch(TARGET, spec, world_size=2, env=_env(fault), **kw), None, time.monotonic() - t0
@@ -208,3 +215,147 @@ def test_rank_stuck_before_rendezvous_is_a_start_up_hang(tmp_path):
     left = leftovers(tmp_path, exc.pids)
     report_row("rank stuck before rendezvous (start-up 6 s)", took, first, left)
     assert left == []
+
+
+# ---------------------------------------------------------------- hangs found in proportion to the work
+
+
+def test_stopped_rank_is_found_by_its_silence_not_the_timeout(tmp_path):
+    # rank 1 SIGSTOPs itself before step 2's all_reduce; rank 0 blocks inside it. The job's
+    # timeout (300 s) and the process-group timeout are long: only the missing heartbeat can end it.
+    _, exc, took = _run(tmp_path, None, spec={"stop_at_step": 2}, timeout_s=300, escaped_helper=True)
+    after = time.time() - float((tmp_path / "stopped_at").read_text())
+    assert isinstance(exc, WorkerTimeout), f"expected WorkerTimeout, got {exc!r}"
+    text = str(exc)
+    first = text.splitlines()[0]
+    assert re.match(r"hang: rank 1 is frozen \(process stopped; no heartbeat for 1\d s and no CPU used\) "
+                    r"in phase 'all_reduce step 2'; killed all 2 ranks\.$", first), text
+    assert exc.collectives[0].startswith("all_reduce (distributed_c10d.py"), exc.collectives
+    assert after < 20, f"a stopped rank was found {after:.1f} s after it stopped"
+    left = leftovers(tmp_path, exc.pids)  # the stopped rank, both helpers, the escaped one
+    report_row("rank SIGSTOPped mid-all_reduce (timeout 300 s)", took, first, left, after)
+    assert left == []
+
+
+def test_slow_rank_with_a_heartbeat_is_not_killed(tmp_path):
+    # rank 1 spends 3x the silence window in one phase, alive: slowness is not a hang
+    results, exc, _ = _run(tmp_path, None, steps=3, spec={"slow_at_step": 1, "slow_s": 6.0},
+                           timeout_s=120, silent_after_s=2.0)
+    assert exc is None, exc
+    assert results == [8.0, 8.0]
+    assert leftovers(tmp_path, _pid_files_written(tmp_path)) == []
+
+
+def test_briefly_stopped_rank_that_resumes_is_not_killed(tmp_path):
+    # SIGSTOP for less than the silence window, then SIGCONT (a debugger, a paused VM): not a hang
+    proc = subprocess.Popen([sys.executable, "-c", _STOP_AND_CONTINUE, str(tmp_path)])
+    try:
+        results, exc, _ = _run(tmp_path, None, steps=40, spec={"slow_at_step": 0, "slow_s": 4.0},
+                               timeout_s=120, silent_after_s=6.0)
+    finally:
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, "the stopper never saw rank 1"
+    assert exc is None, exc
+    assert results == [2.0 ** 40] * 2
+    assert leftovers(tmp_path, _pid_files_written(tmp_path)) == []
+
+
+# Stops rank 1 (found by its pid file) for 3 s, then continues it.
+_STOP_AND_CONTINUE = """
+import os, signal, sys, time
+from pathlib import Path
+f = Path(sys.argv[1], "rank1.pids")
+deadline = time.monotonic() + 50
+while not f.exists() or not f.read_text().strip():
+    if time.monotonic() > deadline:
+        sys.exit(1)
+    time.sleep(0.05)
+pid = int(f.read_text().split()[0])
+os.kill(pid, signal.SIGSTOP)
+time.sleep(3)
+os.kill(pid, signal.SIGCONT)
+"""
+
+
+def test_hang_budget_comes_from_the_expected_duration():
+    from perfgate.launch import WorkLimit
+    from perfgate.liveness import expected_duration, hang_budget_s
+
+    assert hang_budget_s(1.0) == 30.0 and hang_budget_s(40.0) == 120.0
+    assert WorkLimit.of(600, None) == WorkLimit(600)  # unknown work: the caller's timeout
+    assert WorkLimit.of(20, 5.0) == WorkLimit(20)  # never beyond the caller's timeout
+    budget = WorkLimit.of(600, 40.0)
+    assert budget.seconds == 120.0 and "3 x the expected 40 s" in budget.why
+    from perfgate.workloads.collectives import CollectiveSpec
+
+    kib = 1024
+    small = CollectiveSpec("all_reduce", tuple(kib * 4**i for i in range(7)))
+    big = CollectiveSpec("all_reduce", small.sizes + (1 << 30,))
+    assert expected_duration(small) == small.expected_s() and expected_duration({}) is None
+    assert big.expected_s() > small.expected_s() + 20  # scales with the bytes moved
+    with pytest.raises(ValueError, match="expected_s must be > 0"):
+        launch(TARGET, {}, world_size=2, expected_s=0)
+
+
+def _rank_processes(root: psutil.Process) -> dict[int, psutil.Process]:
+    ranks = {}
+    for child in root.children(recursive=True):
+        try:
+            if "perfgate.launch_worker" in " ".join(child.cmdline()):
+                ranks[int(child.environ()["RANK"])] = child
+        except (psutil.Error, KeyError, ValueError):
+            continue
+    return ranks
+
+
+def _phase_of(tmp: Path, rank: int) -> str:
+    for phase in tmp.glob(f"perfgate-job-*/rank{rank}.phase"):
+        try:
+            return phase.read_text()
+        except OSError:
+            pass
+    return ""
+
+
+def test_sigstopped_rank_fails_the_collectives_test_within_60_s(tmp_path):
+    """Issue 17's reproduction: `kill -STOP` one rank of the real gloo sweep under pytest."""
+    node = "perf/collectives/test_collectives.py::test_all_reduce[gloo-2rank-4MiB]"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+    env.pop(FAULT_ENV, None)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", node, "-p", "no:cacheprovider", "-q", "-x",
+                             "--perf-preflight", "off", "--perf-progress", "off"],
+                            cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        root = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 180
+        ranks: dict[int, psutil.Process] = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            ranks = _rank_processes(root)
+            if len(ranks) == 2 and " sample " in _phase_of(tmp, 1):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None and len(ranks) == 2, f"the sweep never reached its samples:\n{proc.communicate()[0]}"
+        pids = [ranks[0].pid, ranks[1].pid]
+        phase = _phase_of(tmp, 1)
+        os.kill(ranks[1].pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        out, _ = proc.communicate(timeout=120)
+        took = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 1, out
+    m = re.search(r"hang: rank 1 is frozen \(process stopped; no heartbeat for \d+ s and no CPU used\) in phase "
+                  r"'all_reduce \d+ B [^']+'; killed all 2 ranks\.", out)
+    assert m, out
+    assert re.search(r"in flight: rank 0: all_reduce \d+ B [^;]* \[", out), out  # rank 0's collective named
+    assert took < 60, f"the stopped rank failed the test after {took:.1f} s"
+    left = leftovers(tmp_path, pids)
+    report_row(f"`kill -STOP` rank 1 of test_all_reduce[gloo-2rank-4MiB] (stopped in {phase!r})", took,
+               m.group(0), left)
+    assert left == []
+    assert not list(tmp.glob("perfgate-job-*")), "the job folder was left behind"

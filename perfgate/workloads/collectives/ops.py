@@ -51,6 +51,12 @@ class CollectiveSpec:
         if self.samples < 1 or self.warmup < 0:
             raise ValueError(f"samples must be >= 1 and warmup >= 0, got {self.samples}, {self.warmup}")
 
+    def expected_s(self) -> float:
+        """Healthy work time of the sweep, on the slow side: the launcher's hang budget is 3x this
+        (perfgate.liveness). Per size: warm-up, estimate, samples and check, each about one sample
+        long, or one call at a pessimistic 0.5 GB/s when that is longer."""
+        return sum((self.warmup + self.samples + 3) * max(self.target_sample_s, size / 0.5e9) for size in self.sizes)
+
 
 @dataclass
 class SizeResult:
