@@ -7,7 +7,6 @@ undone. Reading a malformed file fails with the path and the fix, never a traceb
 """
 from __future__ import annotations
 
-import json
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,13 +17,16 @@ from typing import Any, Iterator
 from filelock import FileLock
 
 from perfgate.atomic import write_json_atomic
+from perfgate.hardware_id import HARDWARE_ID_PATTERN, check_hardware_id
 from perfgate.metrics import Summary
+from perfgate.readers import Checker, ReadError, check_baseline_document, read_json
+from perfgate.safe_paths import check_area, inside_root
 
 SCHEMA_VERSION = 1
 KIND = "perfgate-baseline"
 
 
-class BaselineError(ValueError):
+class BaselineError(ReadError):
     """A baseline file is unreadable or of the wrong schema; the message names the file."""
 
 
@@ -73,12 +75,17 @@ class BaselineStore:
         self._cache: dict[Path, dict] = {}
 
     def path(self, hardware_id: str, area: str) -> Path:
-        return self.root / hardware_id / f"{area}.json"
+        """``<root>/<hardware-id>/<area>.json``; refuses names and links that lead outside the root."""
+        check_hardware_id(hardware_id, source="baseline folder name")
+        check_area(area, source=f"baseline file name in {self.root / hardware_id}")
+        return inside_root(self.root, self.root / hardware_id / f"{area}.json", what="baseline file")
 
     def hardware_ids(self) -> list[str]:
+        """Folders that can be hardware ids (others, like ``.git`` or ``my notes``, are not baselines)."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and any(p.glob("*.json")))
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and HARDWARE_ID_PATTERN.fullmatch(p.name)
+                      and ".." not in p.name and any(p.glob("*.json")))
 
     def _read(self, path: Path) -> dict:
         if path in self._cache:
@@ -87,10 +94,9 @@ class BaselineStore:
             return {}
         fix = f"restore it from git (`git checkout -- {path}`) or delete it and run `perfgate refresh`"
         try:
-            doc = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise BaselineError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}), "
-                                f"perhaps truncated; {fix}") from None
+            doc = read_json(path, fix=fix, error=BaselineError)
+        except FileNotFoundError:
+            return {}
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             raise BaselineError(f"{path}: not a perfgate baseline file (kind != {KIND!r}); {fix}")
         if doc.get("schema_version") != SCHEMA_VERSION:
@@ -98,6 +104,7 @@ class BaselineStore:
                                 f"{SCHEMA_VERSION}; upgrade perfgate or re-create the file with `perfgate refresh`")
         if not isinstance(doc.get("entries"), dict):
             raise BaselineError(f"{path}: has no 'entries' table; {fix}")
+        check_baseline_document(Checker(path, fix=fix, error=BaselineError), doc)
         self._cache[path] = doc
         return doc
 

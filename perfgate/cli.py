@@ -2,12 +2,35 @@
 
 Each command module exposes ``register(subparsers)`` and ``run(args) -> int``; adding a
 command is adding a module to COMMANDS.
+
+Signals: from this file's first statements to the process's exit, SIGINT and SIGTERM end
+the command with one line and an exit code that tells the truth (perfgate.interrupts):
+130 (143 for SIGTERM) and "nothing was written" when no write had begun, 0 when the
+writes had completed. Commands hold signals while they write, so a baseline refresh is
+never left half done.
 """
 from __future__ import annotations
 
-import argparse
-import importlib
+import signal
 import sys
+
+
+def _interrupted_while_starting(signum, frame):
+    """Until main() takes over (imports are still running): nothing can have been written."""
+    print("perfgate: interrupted; nothing was written", file=sys.stderr)
+    raise SystemExit(128 + signum)
+
+
+_AS_PROGRAM = __name__ == "__main__" or sys.argv[0].endswith(("/perfgate", "perfgate.exe")) or sys.argv[0] == "perfgate"
+if _AS_PROGRAM:  # not when a test or a library imports this module: their signals stay theirs
+    for _sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_sig, _interrupted_while_starting)
+
+import argparse  # noqa: E402  (after the handlers: a Ctrl-C during the imports prints one line)
+import importlib  # noqa: E402
+import threading  # noqa: E402
+
+from perfgate import interrupts  # noqa: E402
 
 COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_seed")
 
@@ -26,17 +49,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Signalled(KeyboardInterrupt):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _ignore_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _raise(signum, frame):
+    _ignore_signals()  # one signal ends the command; a second must not interrupt its last line
+    raise _Signalled(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command. ``argv=None`` means "as the program": after it, signals are ignored until exit,
+    so a Ctrl-C after a complete write cannot turn exit 0 into 130."""
+    as_program = argv is None
+    interrupts.reset()
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, _raise)
+    command = "?"
     try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("perfgate: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        command = args.command
+        rc = int(args.func(args) or 0)
+        if old:
+            _ignore_signals()  # the command is done: a late Ctrl-C must not change its exit code
+        note = interrupts.deferred_note()
+        if note:
+            print(note, file=sys.stderr)
+        return rc
+    except KeyboardInterrupt as exc:
+        rc, line = interrupts.outcome(getattr(exc, "signum", signal.SIGINT))
+        print(line, file=sys.stderr)
+        return rc
     except (ValueError, OSError) as exc:  # our errors carry the file and the fix
-        print(f"perfgate {args.command}: error: {exc}", file=sys.stderr)
+        if old:
+            _ignore_signals()
+        print(f"perfgate {command}: error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, signal.SIG_IGN if as_program else handler)
 
 
 if __name__ == "__main__":

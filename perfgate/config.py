@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from perfgate.hardware_id import check_hardware_id
+from perfgate.readers import ReadError, read_toml
+from perfgate.safe_paths import inside_root
 
 DEFAULT_TOLERANCES = {
     "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
@@ -20,7 +23,7 @@ ABS_FLOORS = {"ns": 500.0, "us": 2.0, "ms": 0.002, "s": 2e-6}
 GATE_MODES = ("auto", "all", "ratios")
 
 
-class ConfigError(ValueError):
+class ConfigError(ReadError):
     """A perfgate setting is malformed; the message names the file and the key."""
 
 
@@ -58,17 +61,23 @@ class Settings:
 def _number(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}: tolerance must be a number like 0.05, got {value!r}")
-    if value < 0 or not math.isfinite(value):
+    if value < 0 or value > 1e300 or not math.isfinite(value):
         raise ConfigError(f"{where}: tolerance must be a non-negative finite number, got {value!r}")
     return float(value)
 
 
 def _read_toml(path: Path) -> dict:
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
+    return read_toml(path, fix="fix the syntax", error=ConfigError)
+
+
+def _table(value, where: str) -> dict:
+    """A TOML table or nothing; anything else (``tolerances = 5``) is a one-line error."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: must be a table (key = value lines under its own [header]), "
+                          f"got {value!r}"[:300])
+    return value
 
 
 def _apply(settings: Settings, table: dict, where: str) -> None:
@@ -82,17 +91,17 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
             raise ConfigError(f"{where}.retries: must be a non-negative integer, got {r!r}")
         settings.retries = r
     if "gate" in table:
-        if table["gate"] not in GATE_MODES:
+        if not isinstance(table["gate"], str) or table["gate"] not in GATE_MODES:
             raise ConfigError(f"{where}.gate: must be one of {GATE_MODES}, got {table['gate']!r}")
         settings.gate = table["gate"]
-    for family, value in (table.get("tolerances") or {}).items():
+    for family, value in _table(table.get("tolerances"), f"{where}.tolerances").items():
         if family not in DEFAULT_TOLERANCES:
             raise ConfigError(f"{where}.tolerances.{family}: unknown unit family; "
                               f"known: {sorted(DEFAULT_TOLERANCES)}")
         settings.tolerances[family] = _number(value, f"{where}.tolerances.{family}")
-    for pattern, value in (table.get("overrides") or {}).items():
+    for pattern, value in _table(table.get("overrides"), f"{where}.overrides").items():
         settings.overrides[pattern] = _number(value, f"{where}.overrides.{pattern!r}")
-    for pattern, reason in (table.get("record_only") or {}).items():
+    for pattern, reason in _table(table.get("record_only"), f"{where}.record_only").items():
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError(f"{where}.record_only.{pattern!r}: give the reason as a non-empty string "
                               f"(it is shown in the report), got {reason!r}")
@@ -109,18 +118,24 @@ def load_settings(rootdir: Path, baselines_dir: Path | None = None, hardware_id:
     pyproject = rootdir / "pyproject.toml"
     table: dict = {}
     if pyproject.exists():
-        table = _read_toml(pyproject).get("tool", {}).get("perfgate", {})
-    base = Path(table.get("baselines", "baselines"))
+        tool = _table(_read_toml(pyproject).get("tool"), f"{pyproject} [tool]")
+        table = _table(tool.get("perfgate"), f"{pyproject} [tool.perfgate]")
+    base = table.get("baselines", "baselines")
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{pyproject} [tool.perfgate].baselines: must be a folder path as a string, like "
+                          f"\"baselines\", got {base!r}"[:300])
     settings = Settings(baselines=(baselines_dir or (rootdir / base)).resolve())
     if table:
         _apply(settings, table, f"{pyproject} [tool.perfgate]")
         settings.sources.append(str(pyproject))
-    tol_file = settings.baselines / "tolerances.toml"
+    tol_file = inside_root(settings.baselines, settings.baselines / "tolerances.toml", what="tolerances file")
     if tol_file.exists():
         _apply(settings, _read_toml(tol_file), str(tol_file))
         settings.sources.append(str(tol_file))
     if hardware_id:
-        hw_file = settings.baselines / hardware_id / "tolerances.toml"
+        check_hardware_id(hardware_id, source="hardware id")
+        hw_file = inside_root(settings.baselines, settings.baselines / hardware_id / "tolerances.toml",
+                              what="tolerances file")
         if hw_file.exists():
             _apply(settings, _read_toml(hw_file), str(hw_file))
             settings.sources.append(str(hw_file))

@@ -29,11 +29,14 @@ from perfgate import hardware, report, results as results_mod
 from perfgate.baselines import BaselineError, BaselineStore
 from perfgate.config import GATE_MODES, ConfigError, load_settings
 from perfgate.gate import evaluate
+from perfgate.hardware_id import HardwareIdError, check_hardware_id
 from perfgate.markers import MARKERS, missing_requirements
 from perfgate.progress import SweepProgress
+from perfgate.readers import ReadError
 from perfgate.recorder import PerfRecorder
 from perfgate.runcache import RunCache
 from perfgate.results import MetricResult, area_of
+from perfgate.safe_paths import PathError
 from perfgate.verdict import Outcome, fails
 
 _STATE = pytest.StashKey["_PerfState"]()
@@ -89,7 +92,7 @@ class _PerfState:
     def __init__(self, config: pytest.Config):
         opt = config.getoption
         baselines_dir = Path(opt("--perf-baselines")).resolve() if opt("--perf-baselines") else None
-        self.hardware_id = opt("--perf-hardware-id") or hardware.hardware_id()
+        self.hardware_id = _hardware_id(opt("--perf-hardware-id"))
         self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)
         if opt("--perf-retries") is not None:
             if opt("--perf-retries") < 0:
@@ -133,6 +136,15 @@ class _PerfState:
         return self.store.lookup(self.hardware_id, area_of(test_id), test_id, metric)
 
 
+def _hardware_id(option: str | None) -> str:
+    """The id this session measures under, checked with where it came from (it names a folder)."""
+    if option is not None:
+        return check_hardware_id(option, source="--perf-hardware-id")
+    if os.environ.get("PERFGATE_HARDWARE_ID"):
+        return check_hardware_id(os.environ["PERFGATE_HARDWARE_ID"], source="PERFGATE_HARDWARE_ID")
+    return check_hardware_id(hardware.hardware_id(), source="detected hardware id (perfgate fingerprint)")
+
+
 def _check_expert_file(path: Path) -> None:
     """--perf-expert-file must be a GGUF MoE model: say so now, not from deep inside a worker."""
     from perfgate.workloads.offload.gguf_layout import GGUFLayoutError, read_expert_layout
@@ -162,7 +174,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PERFGATE_EXPERT_FILE"] = str(expert)
     try:
         state = config.stash[_STATE] = _PerfState(config)
-    except (ConfigError, BaselineError) as exc:
+    except (ConfigError, BaselineError, ReadError, HardwareIdError, PathError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     if worker:
         handed = config.workerinput.get(_WORKER_KEY) or {}
@@ -418,12 +430,40 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # Ctrl-C, SIGTERM (turned into KeyboardInterrupt above) or an xdist shutdown: a partial run.
     state.interrupted = state.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED
     if not state.results and not state.skipped_by_budget:
+        if config.getoption("--perf-refresh") and not state.interrupted:
+            state.refresh_note = (f"perfgate: --perf-refresh wrote nothing: none of the {session.testscollected} "
+                                  f"selected test(s) recorded a metric; select tests that use the perf fixture")
+            _refresh_failed(session)
         return
     with _signals_held() as held:
         _write_outputs(config, state)
     if held:
         note = f"signal {', '.join(map(str, held))} arrived while results were being written; they were completed first"
         state.save_note = f"{state.save_note}; {note}" if state.save_note else note
+    if config.getoption("--perf-refresh") and state.refresh_note and state.refresh_note.startswith("perfgate:"):
+        _refresh_failed(session)
+
+
+def _refresh_failed(session: pytest.Session) -> None:
+    """A refresh that wrote nothing must not look like a green run in CI."""
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _nothing_refreshed(config: pytest.Config, state: _PerfState) -> str:
+    """Why --perf-refresh had no metric to write, and what to do about it."""
+    tainted = [r for r in state.results if r.tainted]
+    if not tainted:
+        return "perfgate: --perf-refresh wrote nothing: no metric was recorded"
+    reasons = "; ".join(sorted({t for r in tainted for t in r.tainted}))
+    why = f"perfgate: --perf-refresh wrote nothing: all {len(tainted)} metric(s) are tainted ({reasons}), and " \
+          f"tainted results never become baselines"
+    if (config.getoption("--perf-preflight") == "auto" and not state.hardware_id.startswith("cpu-")
+            and hardware.gpu_count() == 0):
+        return (f"{why}. The preflight check ran because hardware id {state.hardware_id!r} does not start with "
+                f"'cpu-' (--perf-preflight auto treats it as a GPU machine), but this machine has no GPU: pass "
+                f"--perf-preflight off, or a hardware id starting with 'cpu-'")
+    return f"{why}; re-run on a quiet machine, or pass --perf-preflight off to skip the check"
 
 
 def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
@@ -447,10 +487,17 @@ def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
     if config.getoption("--perf-refresh"):
         if doc["interrupted"]:
             state.refresh_note = "run was interrupted: baselines NOT refreshed (re-run to completion)"
+        elif not results_mod.baseline_entries(doc):
+            state.refresh_note = _nothing_refreshed(config, state)
         else:
             written = []
-            for area, entries in results_mod.baseline_entries(doc).items():
-                written.append(state.store.write(state.hardware_id, area, entries, fingerprint=doc["fingerprint"]))
+            try:
+                for area, entries in results_mod.baseline_entries(doc).items():
+                    written.append(state.store.write(state.hardware_id, area, entries, fingerprint=doc["fingerprint"]))
+            except ValueError as exc:  # a test folder that cannot name a baseline file, a link out of the tree
+                state.refresh_note = f"perfgate: --perf-refresh stopped: {exc}" + (
+                    f" (already written: {', '.join(map(str, written))})" if written else " (nothing written)")
+                return
             state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
 
 
@@ -459,6 +506,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     state = config.stash[_STATE]
     if not state.results and not state.skipped_by_budget:
+        if state.refresh_note:
+            terminalreporter.section("perfgate")
+            terminalreporter.write_line(state.refresh_note, red=True)
         return
     tr = terminalreporter
     tr.section("perfgate")
@@ -482,6 +532,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_line(f"perf budget spent: {len(state.skipped_by_budget)} test(s) not run: "
                       + ", ".join(state.skipped_by_budget))
     if state.refresh_note:
-        tr.write_line(state.refresh_note)
+        tr.write_line(state.refresh_note, red=state.refresh_note.startswith("perfgate:"))
     if state.save_note:
         tr.write_line(state.save_note)

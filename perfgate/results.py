@@ -6,7 +6,6 @@ them, `perfgate report` plots a history of them.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from dataclasses import dataclass, field
@@ -16,12 +15,13 @@ from typing import Any
 from perfgate.atomic import write_json_atomic
 from perfgate.baselines import BaselineEntry, now_iso
 from perfgate.metrics import Summary
+from perfgate.readers import Checker, ReadError, check_results_document, read_json
 
 SCHEMA_VERSION = 1
 KIND = "perfgate-results"
 
 
-class ResultsError(ValueError):
+class ResultsError(ReadError):
     """A results file is unreadable; the message names the file."""
 
 
@@ -98,25 +98,25 @@ def save(path: Path, document: dict) -> None:
 
 
 def load(path: Path) -> dict:
+    """A results file, checked down to every entry a command reads (perfgate.readers)."""
     path = Path(path)
+    fix = "results files are written by `pytest --perf-save PATH`: re-run with --perf-save"
     try:
-        doc = json.loads(path.read_text())
+        doc = read_json(path, fix="re-run with --perf-save", error=ResultsError)
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such results file; write one with `pytest --perf-save {path}`") from None
-    except json.JSONDecodeError as exc:
-        raise ResultsError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}), perhaps truncated; "
-                           f"re-run with --perf-save") from None
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise ResultsError(f"{path}: not a perfgate results file (kind != {KIND!r}); "
                            f"results files are written by `pytest --perf-save PATH`")
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise ResultsError(f"{path}: results schema {doc.get('schema_version')!r}, this perfgate reads "
                            f"{SCHEMA_VERSION}; re-run the suite with this perfgate")
+    check_results_document(Checker(path, fix=fix, error=ResultsError), doc)
     return doc
 
 
 def metric_results(doc: dict) -> list[MetricResult]:
-    return [MetricResult.from_dict(r) for r in doc.get("results", [])]
+    return [MetricResult.from_dict(r) for r in doc.get("results") or []]
 
 
 def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
@@ -147,7 +147,7 @@ def pool(docs: list[dict], names: list[str]) -> dict:
         raise ResultsError(f"cannot pool results of different hardware ids {sorted(ids)} ({', '.join(names)})")
     merged: dict[tuple[str, str], dict] = {}
     for doc in docs:
-        for r in doc.get("results", []):
+        for r in doc.get("results") or []:
             key = (r["test_id"], r["metric"])
             if key not in merged:
                 merged[key] = dict(r, summary=dict(r["summary"]), tainted=list(r.get("tainted") or []))

@@ -41,7 +41,8 @@ def test_no_temp_files_left(tmp_path):
     ('{"kind": "perfgate-baseline", "schema_version": 1, "entries": {"t": {"m": {"un', "not valid JSON"),
     ('{"kind": "perfgate-baseline", "schema_version": 99, "entries": {}}', "schema version 99"),
     ('{"kind": "something-else"}', "not a perfgate baseline"),
-    ('{"kind": "perfgate-baseline", "schema_version": 1, "entries": {"t": {"m": {"unit": "GB/s"}}}}', "malformed"),
+    ('{"kind": "perfgate-baseline", "schema_version": 1, "entries": {"t": {"m": {"unit": "GB/s"}}}}',
+     r"entries\['t'\]\['m'\]\.better: must be a string, got nothing \(the key is missing or null\)"),
 ])
 def test_bad_files_give_clear_errors(tmp_path, content, match):
     path = tmp_path / HW / "x.json"

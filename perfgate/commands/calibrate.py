@@ -35,10 +35,11 @@ from rich.progress import Progress
 from rich.table import Table
 from scipy.stats import norm
 
-from perfgate import results as results_mod
+from perfgate import interrupts, results as results_mod
 from perfgate.baselines import BaselineEntry, BaselineStore, now_iso
 from perfgate.config import load_settings
 from perfgate.gate import tolerance
+from perfgate.hardware_id import check_hardware_id
 from perfgate.metrics import Metric, summarize
 from perfgate.report import _fmt, short_id
 from perfgate.results import area_of
@@ -229,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
     for name in ("alpha", "power"):
         if not 0 < getattr(args, name) < 1:
             raise ValueError(f"--{name} must be between 0 and 1")
+    if args.hardware_id is not None:
+        check_hardware_id(args.hardware_id, source="--hardware-id")
     pytest_args = list(args.pytest_args)
     if pytest_args and pytest_args[0] == "--":
         pytest_args = pytest_args[1:]
@@ -282,7 +285,8 @@ def run(args: argparse.Namespace) -> int:
         if answer not in ("y", "yes"):
             print("not written")
             return 1
-    for area, area_entries in sorted(by_area.items()):
-        path = store.write(hardware_id, area, area_entries, fingerprint=docs[-1].get("fingerprint"))
-        print(f"wrote {path}")
+    with interrupts.writing(f"the baselines in {store.root / hardware_id}"):
+        for area, area_entries in sorted(by_area.items()):
+            path = store.write(hardware_id, area, area_entries, fingerprint=docs[-1].get("fingerprint"))
+            print(f"wrote {path}", flush=True)
     return 0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from perfgate import report, results as results_mod
+from perfgate import interrupts, report, results as results_mod
 from perfgate.baselines import BaselineEntry
 from perfgate.config import load_settings
 from perfgate.gate import evaluate
@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     for r in failing:
         print("REGRESSION " + report.regression_line(r, software))
     if args.markdown:
-        args.markdown.write_text(report.markdown(out, hardware_id=b["hardware_id"], commit=b.get("commit"),
-                                                 current_software=software))
+        text = report.markdown(out, hardware_id=b["hardware_id"], commit=b.get("commit"), current_software=software)
+        with interrupts.writing(str(args.markdown)):
+            args.markdown.write_text(text)
     return 1 if failing else 0

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfgate import seed_v100
+from perfgate import interrupts, seed_v100
 from perfgate.baselines import BaselineEntry, BaselineStore
 from perfgate.config import load_settings
 from perfgate.metrics import Summary
@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         console.print("dry run: nothing written")
         return 0
-    for area, tests in sorted(plan.items()):
-        path = store.write(hw, area, tests, fingerprint=seed_v100.FINGERPRINT)
-        console.print(f"wrote {sum(len(m) for m in tests.values())} metric(s) to {path}")
+    with interrupts.writing(f"the imported baselines in {store.root / hw}"):
+        for area, tests in sorted(plan.items()):
+            path = store.write(hw, area, tests, fingerprint=seed_v100.FINGERPRINT)
+            console.print(f"wrote {sum(len(m) for m in tests.values())} metric(s) to {path}")
     return 0

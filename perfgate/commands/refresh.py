@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from perfgate import results as results_mod
+from perfgate import interrupts, results as results_mod
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
 from perfgate.report import _fmt, short_id
@@ -50,8 +50,9 @@ def run(args: argparse.Namespace) -> int:
     hw = doc["hardware_id"]
     by_area = results_mod.baseline_entries(doc, include_tainted=args.include_tainted)
     if not by_area:
-        print(f"{', '.join(map(str, args.results))}: no metrics to refresh")
-        return 0
+        print(f"perfgate refresh: nothing written: {_why_nothing(doc, ', '.join(map(str, args.results)))}",
+              file=sys.stderr)
+        return 1
     console = Console(width=160)
     others = [h for h in store.hardware_ids() if h != hw]
     if hw not in store.hardware_ids():
@@ -89,7 +90,20 @@ def run(args: argparse.Namespace) -> int:
         if answer not in ("y", "yes"):
             print("not written")
             return 1
-    for area, entries in sorted(by_area.items()):
-        path = store.write(hw, area, entries, fingerprint=doc.get("fingerprint"))
-        print(f"wrote {path}" + (f" (previous kept as {path.name}.prev)" if Path(str(path) + '.prev').exists() else ""))
+    with interrupts.writing(f"the baselines in {store.root / hw}"):  # all areas or, before it starts, none
+        for area, entries in sorted(by_area.items()):
+            path = store.write(hw, area, entries, fingerprint=doc.get("fingerprint"))
+            print(f"wrote {path}" + (f" (previous kept as {path.name}.prev)" if Path(str(path) + '.prev').exists()
+                                     else ""), flush=True)
     return 0
+
+
+def _why_nothing(doc: dict, names: str) -> str:
+    """One line: why a results document gives no baseline entry, and what to do."""
+    results = doc.get("results") or []
+    if not results:
+        return (f"{names} holds no metrics (no selected test recorded one); run tests that use the perf "
+                f"fixture with --perf-save")
+    reasons = sorted({t for r in results for t in (r.get("tainted") or [])})
+    return (f"all {len(results)} metric(s) in {names} are tainted ({'; '.join(reasons)}): measured on a busy "
+            f"machine, so not baseline material; re-run on a quiet machine, or pass --include-tainted")

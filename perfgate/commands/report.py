@@ -12,9 +12,10 @@ import math
 import re
 from pathlib import Path
 
-from perfgate import trends
+from perfgate import interrupts, trends
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
+from perfgate.hardware_id import check_hardware_id
 from perfgate.results import area_of
 
 MAX_PANELS = 16  # per PNG; larger families are split into parts
@@ -207,9 +208,12 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or (args.history / "report")
     settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
     store = BaselineStore(settings.baselines) if settings.baselines.is_dir() else None
-    page, pngs, steps = render(args.history, out, store=store, hardware_id=args.hardware_id,
-                               min_run=args.min_run, window=args.window, include_tainted=args.include_tainted,
-                               noise_k=args.noise_k)
+    if args.hardware_id is not None:
+        check_hardware_id(args.hardware_id, source="--hardware-id")
+    with interrupts.writing(f"the report in {out}", hold=False):  # plots take a while: Ctrl-C stops them
+        page, pngs, steps = render(args.history, out, store=store, hardware_id=args.hardware_id,
+                                   min_run=args.min_run, window=args.window, include_tainted=args.include_tainted,
+                                   noise_k=args.noise_k)
     print(f"wrote {page} and {len(pngs)} plot(s) in {out}")
     for st in steps:
         print(("WORSE " if st.worse else "better ") + st.describe())

@@ -1,0 +1,76 @@
+"""What a Ctrl-C (or SIGTERM) did to a `perfgate` command: nothing written, or all of it.
+
+Commands put their writes inside :func:`writing`. While a held block runs, SIGINT and
+SIGTERM wait until its files are complete (a refresh of four areas never stops after
+two), and the block is remembered as completed. `perfgate.cli` asks :func:`outcome` what
+to say when a signal ends a command: exit 130 and "nothing was written" when no write had
+begun, exit 0 when every write had completed, and which output is incomplete when an
+unheld write (report plots) was cut short.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from typing import Iterator
+
+_started: list[str] = []
+_completed: list[str] = []
+_deferred: list[int] = []
+
+
+def reset() -> None:
+    """Forget earlier commands (``perfgate.cli.main`` runs one command per call)."""
+    _started.clear()
+    _completed.clear()
+    _deferred.clear()
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[list[int]]:
+    """SIGINT and SIGTERM that arrive inside the block are collected, not acted on, until it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    got: list[int] = []
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):
+            old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
+    try:
+        yield got
+    finally:
+        for sig, handler in old.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def writing(what: str, *, hold: bool = True) -> Iterator[None]:
+    """Mark the block as writing ``what`` (e.g. "baselines in baselines/cpu-X"); ``hold`` defers signals."""
+    _started.append(what)
+    if hold:
+        with held_signals() as got:
+            yield
+        _deferred.extend(got)
+    else:
+        yield
+    _completed.append(what)
+
+
+def deferred_note() -> str | None:
+    """After a command returned: the signals that waited for its writes, if any."""
+    if not _deferred:
+        return None
+    names = ", ".join(sorted({signal.Signals(s).name for s in _deferred}))
+    return f"perfgate: {names} arrived while {'; '.join(_completed)} were written; the writes were completed first"
+
+
+def outcome(signum: int) -> tuple[int, str]:
+    """Exit code and the one line to print when ``signum`` ended a command."""
+    unfinished = [w for w in _started if w not in _completed]
+    if unfinished:
+        return 128 + signum, f"perfgate: interrupted while writing {unfinished[0]}; it is incomplete"
+    if _completed:
+        return 0, f"perfgate: interrupted after the writes completed ({'; '.join(_completed)})"
+    return 128 + signum, "perfgate: interrupted; nothing was written"
