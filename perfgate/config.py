@@ -13,6 +13,7 @@ from pathlib import Path
 from perfgate.hardware_id import check_hardware_id
 from perfgate.readers import ReadError, read_toml
 from perfgate.safe_paths import inside_root
+from perfgate.guard import GuardConfigError, GuardSettings, apply as apply_guard
 
 DEFAULT_TOLERANCES = {
     "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
@@ -37,6 +38,7 @@ class Settings:
     # ``test_id_glob@metric_glob`` -> why it is recorded but never fails on this machine
     record_only: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
+    gross_change: GuardSettings = field(default_factory=GuardSettings)  # perfgate.guard
 
     def override_for(self, test_id: str, metric: str) -> float | None:
         """Most specific wins: a ``test_id@metric`` glob, then a ``test_id`` glob; None if neither."""
@@ -81,7 +83,7 @@ def _table(value, where: str) -> dict:
 
 
 def _apply(settings: Settings, table: dict, where: str) -> None:
-    known = {"baselines", "retries", "gate", "tolerances", "overrides", "record_only"}
+    known = {"baselines", "retries", "gate", "tolerances", "overrides", "record_only", "gross_change"}
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -106,6 +108,11 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
             raise ConfigError(f"{where}.record_only.{pattern!r}: give the reason as a non-empty string "
                               f"(it is shown in the report), got {reason!r}")
         settings.record_only[pattern] = reason.strip()
+    if "gross_change" in table:
+        try:
+            apply_guard(settings.gross_change, table["gross_change"], f"{where}.gross_change")
+        except GuardConfigError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def load_settings(rootdir: Path, baselines_dir: Path | None = None, hardware_id: str | None = None) -> Settings:

@@ -7,11 +7,13 @@ plugin during a run and by `perfgate compare` on saved results, so both agree.
 """
 from __future__ import annotations
 
+from perfgate import guard
 from perfgate.baselines import BaselineEntry
 from perfgate.config import ABS_FLOORS, Settings
+from perfgate.fingerprint_check import FingerprintDiff, not_comparable
 from perfgate.metrics import RATIO_FAMILIES, UNIT_FAMILIES, Metric, summarize
 from perfgate.results import MetricResult, area_of
-from perfgate.verdict import MIN_SAMPLES_FOR_RANK_TEST, decide
+from perfgate.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide
 
 
 def is_gated(unit: str, hardware_id: str, gate: str) -> bool:
@@ -44,14 +46,22 @@ def baseline_view(entry: BaselineEntry) -> dict:
 
 def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, settings: Settings,
              hardware_id: str, samples: list[float] | None = None, attempts: int = 1,
-             tainted: list[str] | None = None) -> MetricResult:
-    """Verdict for ``metric`` (or for ``samples`` pooled over re-measurements) against ``entry``."""
+             tainted: list[str] | None = None, baseline_id: str | None = None, fallback: bool = False,
+             diff: FingerprintDiff | None = None) -> MetricResult:
+    """Verdict for ``metric`` (or for ``samples`` pooled over re-measurements) against ``entry``.
+
+    ``baseline_id``/``fallback``: the id the entry came from (perfgate.baseline_choice); ``diff``:
+    how that baseline's machine differs from this one (perfgate.fingerprint_check). An absolute
+    metric against a differing machine is ``not-comparable``; a not-gated one that got worse by a
+    factor no measured noise explains fails through the gross-change guard (perfgate.guard)."""
     values = samples if samples is not None else list(metric.summary.samples)
     summary = summarize(values)
     tol = tolerance(settings, test_id, metric, entry)
     absolute = metric.family == "fraction"
     if entry is None:
         verdict = decide(None, values, better=metric.better, tol=tol, absolute_tol=absolute)
+    elif diff is not None and not diff.comparable and not metric.is_ratio:
+        verdict = not_comparable(diff, tol)
     else:
         if entry.unit != metric.unit or entry.better != metric.better:
             raise ValueError(f"{test_id} {metric.name}: baseline is {entry.unit}/{entry.better}-is-better, "
@@ -62,7 +72,16 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
                          baseline_median=entry.summary.median if few else None)
     gated = (is_gated(metric.unit, hardware_id, settings.gate) and not tainted
              and (settings.gate == "all" or settings.record_only_reason(test_id, metric.name) is None))
+    if (entry is not None and not gated and not tainted and not fallback and metric.family != "fraction"
+            and verdict.outcome is not Outcome.NOT_COMPARABLE):
+        tripped = guard.check(settings.gross_change, test_id, metric.name, entry, summary.median, tol=tol,
+                              context=diff.context if diff else None)
+        if tripped is not None:
+            verdict, gated = tripped, True
+    base = baseline_view(entry) if entry else None
+    if base is not None and baseline_id is not None:
+        base["hardware_id"], base["fallback"] = baseline_id, fallback
     return MetricResult(test_id=test_id, area=area_of(test_id), metric=metric.name, unit=metric.unit,
                         better=metric.better, tol=tol, gated=gated, summary=summary, verdict=verdict.to_dict(),
-                        baseline=baseline_view(entry) if entry else None, attempts=attempts,
+                        baseline=base, attempts=attempts,
                         rerun=f"pytest '{test_id}'", tainted=list(tainted or []))

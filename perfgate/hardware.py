@@ -1,9 +1,12 @@
 """Describe the machine: a fingerprint and a stable hardware id derived from it.
 
-The hardware id is built from hardware fields only (GPU model, count, link class; CPU
-model and cores) so that a driver, CUDA, NCCL, torch, vLLM or Megatron upgrade lands on
-the *same* baselines -- software changes are exactly what perfgate exists to catch.
-Software versions are recorded beside the numbers instead.
+The hardware id is built from hardware fields that move performance (GPU model, count,
+link class, and any power limit, application clocks, MIG or ECC setting other than the
+card's defaults; CPU model, vector ISA level and cores) so that a driver, CUDA, NCCL, torch,
+vLLM or Megatron upgrade lands on the *same* baselines -- software changes are exactly what
+perfgate exists to catch. Software versions are recorded beside the numbers instead. What
+goes into the id and what is only stored (and compared at comparison time, see
+perfgate.fingerprint_check): docs/hardware-ids.md.
 
 GPU facts come from NVML (nvidia-ml-py) so that describing the machine never creates a
 CUDA context in the pytest process.
@@ -19,6 +22,8 @@ import re
 import shutil
 import subprocess
 from typing import Any
+
+from perfgate import cpu_info, gpu_info
 
 # NVML's nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` names them.
 _PCIE_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -86,8 +91,9 @@ def _link_matrix(nvml, handles: list, bus_ids: list[str]) -> list[list[str]]:
     return matrix
 
 
-def _gpu_facts() -> dict[str, Any]:
-    nvml = _nvml()
+def _gpu_facts(nvml=None) -> dict[str, Any]:
+    """GPUs, links and driver from NVML; ``nvml`` is the pynvml module (or a stand-in in tests)."""
+    nvml = nvml or _nvml()
     if nvml is None:
         return {"gpus": [], "links": [], "driver": None, "cuda_driver": None}
     try:
@@ -102,6 +108,7 @@ def _gpu_facts() -> dict[str, Any]:
                 "name": _as_str(nvml.nvmlDeviceGetName(h)),
                 "memory_gib": round(nvml.nvmlDeviceGetMemoryInfo(h).total / 2**30, 1),
                 "pci_bus_id": bus,
+                **gpu_info.device_facts(gpu_info.query_device(nvml, h)),
             })
         cuda = None
         with contextlib.suppress(Exception):
@@ -119,22 +126,23 @@ def _gpu_facts() -> dict[str, Any]:
 
 
 def _cpu_facts() -> dict[str, Any]:
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     numa = 1
     try:
         numa = len([d for d in os.listdir("/sys/devices/system/node") if re.fullmatch(r"node\d+", d)]) or 1
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"model": model, "cores": cores, "numa_nodes": numa, "arch": platform.machine()}
+    text = cpu_info.read_text("/proc/cpuinfo")
+    facts = cpu_info.cpu_facts(
+        text, arch=platform.machine(), cores=cores, numa_nodes=numa,
+        memory_gib=cpu_info.parse_meminfo_gib(cpu_info.read_text("/proc/meminfo")),
+        base_mhz=cpu_info.sysfs_mhz("base_frequency"), max_mhz=cpu_info.sysfs_mhz("cpuinfo_max_freq"),
+        torch_capability=cpu_info.torch_cpu_capability())
+    if facts["model"] == "unknown":
+        facts["model"] = platform.processor() or "unknown"
+    if not text:
+        facts["isa"] = cpu_info.UNKNOWN_ISA  # no /proc/cpuinfo (macOS, Windows): the ISA was not seen
+    return facts
 
 
 def _disk_facts() -> list[dict[str, Any]]:
@@ -215,7 +223,10 @@ def link_class(links: list[list[str]]) -> str:
 
 
 def hardware_id(fp: dict[str, Any] | None = None) -> str:
-    """Stable id from hardware fields only, e.g. ``2xH200-NV18`` or ``cpu-AMD-EPYC-2c``."""
+    """Stable id from hardware fields only, e.g. ``2xH200-NV18``, ``1xH200-pl500W`` or
+    ``cpu-AMD-EPYC-avx512-2c``. The rule is in docs/hardware-ids.md.
+
+    A fingerprint stored before the ISA was recorded gives ``cpu-<model>-isaunknown-<N>c``."""
     if os.environ.get("PERFGATE_HARDWARE_ID"):
         return os.environ["PERFGATE_HARDWARE_ID"]
     fp = fp or fingerprint()
@@ -224,11 +235,32 @@ def hardware_id(fp: dict[str, Any] | None = None) -> str:
         names = sorted({_short_gpu_name(g["name"]) for g in gpus})
         hw = f"{len(gpus)}x{'+'.join(names)}"
         link = link_class(fp["links"])
-        return f"{hw}-{link}" if link else hw
+        tags = sorted({t for g in gpus for t in gpu_info.variant_tags(g)})
+        return "-".join([hw] + ([link] if link else []) + tags)
     cpu = fp["cpu"]
-    words = re.sub(r"\(R\)|\(TM\)|CPU|Processor|@.*$", " ", cpu["model"]).split()
-    model = "-".join(words[:3]) or "unknown"
-    return f"cpu-{model}-{cpu['cores']}c"
+    isa = cpu.get("isa") or cpu_info.UNKNOWN_ISA
+    return f"cpu-{cpu_info.model_words(cpu['model'])}-{isa}-{cpu['cores']}c"
+
+
+_CPU_ID = re.compile(r"^cpu-(?P<model>.+?)(?:-(?P<isa>" + "|".join(
+    cpu_info.ISA_LEVELS + cpu_info.ARM_ISA_LEVELS + (cpu_info.UNKNOWN_ISA,)) + r"))?-(?P<cores>\d+)c$")
+_GPU_VARIANT = re.compile(r"-(?:pl\d+W|sm\d+|mem\d+|mig|eccoff)$")
+
+
+def id_family(hardware_id: str) -> tuple[str, str | None]:
+    """(family, variant) of an id. Ids of one family are the same hardware model and size in
+    another setting: ``cpu-AMD-EPYC-avx2-2c`` and ``cpu-AMD-EPYC-avx512-2c`` are the family
+    ``cpu-AMD-EPYC-2c`` with variants ``avx2`` and ``avx512`` (an id from before the ISA was part
+    of it counts as ``isaunknown``); ``1xH200-pl500W`` is the family ``1xH200``, variant ``pl500W``."""
+    m = _CPU_ID.match(hardware_id)
+    if m:
+        return f"cpu-{m['model']}-{m['cores']}c", m["isa"] or cpu_info.UNKNOWN_ISA
+    base, tags = hardware_id, []
+    while _GPU_VARIANT.search(base):
+        tag = _GPU_VARIANT.search(base)
+        tags.insert(0, tag.group(0)[1:])
+        base = base[:tag.start()]
+    return base, "-".join(tags) or None
 
 
 def gpu_count() -> int:

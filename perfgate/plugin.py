@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from perfgate import hardware, report, results as results_mod
+from perfgate.baseline_choice import BaselineChooser, report_notes, tolerances_id
 from perfgate.baselines import BaselineError, BaselineStore
 from perfgate.config import GATE_MODES, ConfigError, load_settings
 from perfgate.gate import evaluate
@@ -35,7 +36,7 @@ from perfgate.progress import SweepProgress
 from perfgate.readers import ReadError
 from perfgate.recorder import PerfRecorder
 from perfgate.runcache import RunCache
-from perfgate.results import MetricResult, area_of
+from perfgate.results import MetricResult
 from perfgate.safe_paths import PathError
 from perfgate.verdict import Outcome, fails
 
@@ -94,6 +95,9 @@ class _PerfState:
         baselines_dir = Path(opt("--perf-baselines")).resolve() if opt("--perf-baselines") else None
         self.hardware_id = _hardware_id(opt("--perf-hardware-id"))
         self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)
+        tol_id = tolerances_id(self.settings.baselines, self.hardware_id)  # this id's, else its family's
+        if tol_id != self.hardware_id:
+            self.settings = load_settings(Path(config.rootpath), baselines_dir, tol_id)
         if opt("--perf-retries") is not None:
             if opt("--perf-retries") < 0:
                 raise ConfigError("--perf-retries must be >= 0")
@@ -109,6 +113,7 @@ class _PerfState:
         self.strict = bool(opt("--perf-strict"))
         self.allow_tainted = bool(opt("--perf-allow-tainted"))
         self.store = BaselineStore(self.settings.baselines)
+        self.chooser = BaselineChooser(self.store, self.hardware_id, hardware.fingerprint)
         self._check_baselines()
         self.results: list[MetricResult] = []
         self.attachments: dict[str, dict] = {}
@@ -132,8 +137,8 @@ class _PerfState:
     def spent_s(self) -> float:
         return time.time() - self.started_wall
 
-    def baseline(self, test_id: str, metric: str):
-        return self.store.lookup(self.hardware_id, area_of(test_id), test_id, metric)
+    def baseline(self, test_id: str, metric: str, *, ratio: bool = False):
+        return self.chooser.choose(test_id, metric, ratio=ratio)
 
 
 def _hardware_id(option: str | None) -> str:
@@ -263,10 +268,11 @@ def runs(request: pytest.FixtureRequest) -> RunCache:
 def _evaluate(state: _PerfState, rec: PerfRecorder, pooled: bool) -> list[MetricResult]:
     out = []
     for name, metric in rec.metrics.items():
-        entry = state.baseline(rec.test_id, name)
-        r = evaluate(rec.test_id, metric, entry, settings=state.settings, hardware_id=state.hardware_id,
+        choice = state.baseline(rec.test_id, name, ratio=metric.is_ratio)
+        r = evaluate(rec.test_id, metric, choice.entry, settings=state.settings, hardware_id=state.hardware_id,
                      samples=rec.pooled(name) if pooled else None, attempts=len(rec.attempts),
-                     tainted=None if state.allow_tainted else state.tainted)
+                     tainted=None if state.allow_tainted else state.tainted, baseline_id=choice.hardware_id,
+                     fallback=choice.fallback, diff=choice.diff)
         if state.allow_tainted and state.tainted:
             r.tainted = list(state.tainted)  # gated as asked, still labelled (and kept out of refreshes)
         out.append(r)
@@ -482,6 +488,7 @@ def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
         md = report.markdown(state.results, hardware_id=state.hardware_id, commit=doc["commit"],
                              current_software=doc["fingerprint"]["software"],
                              skipped_by_budget=state.skipped_by_budget)
+        md += "".join(f"\n> {line}\n" for line in report_notes(state.results, state.hardware_id))
         Path(config.getoption("--perf-markdown")).parent.mkdir(parents=True, exist_ok=True)
         Path(config.getoption("--perf-markdown")).write_text(md)
     if config.getoption("--perf-refresh"):
@@ -520,6 +527,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     # Wide enough that a test id is never cut: CI logs are read in a browser, not an 80-column tty.
     longest = max((len(report.short_id(r.test_id)) + len(r.metric) for r in state.results), default=0)
     tr.write(report.render_table(state.results, title, width=max(120, tr._tw.fullwidth, longest + 90)))
+    for line in report_notes(state.results, state.hardware_id):
+        tr.write_line(line, yellow=True)
     regressions = [r for r in state.results if r.gated and r.outcome == "regression"]
     software = hardware.fingerprint()["software"]
     for r in regressions:

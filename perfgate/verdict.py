@@ -25,6 +25,7 @@ class Outcome(str, enum.Enum):
     NOISY = "noisy"
     IMPROVED = "improved"
     NEW = "new"
+    NOT_COMPARABLE = "not-comparable"  # the baseline's machine differs in a performance field
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,10 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _mode(value) -> str:
+    return "?" if value is None else ("on" if value else "off")
+
+
 def run(args) -> int:
     fp = hardware.fingerprint()
     hw = hardware.hardware_id(fp)
@@ -25,15 +29,28 @@ def run(args) -> int:
     console.print(f"[bold]hardware id:[/] {hw}")
     cpu = fp["cpu"]
     console.print(f"CPU: {cpu['model']}, {cpu['cores']} cores, {cpu['numa_nodes']} NUMA node(s), {cpu['arch']}")
+    console.print(f"CPU ISA: {cpu.get('isa')} (torch: {cpu.get('torch_capability') or 'not installed'}); "
+                  f"vendor {cpu.get('vendor')}, family {cpu.get('family')} model {cpu.get('model_number')} "
+                  f"stepping {cpu.get('stepping')}; {cpu.get('threads_per_core') or '?'} thread(s)/core; "
+                  f"clock base {cpu.get('base_mhz') or '?'} max {cpu.get('max_mhz') or '?'} MHz; "
+                  f"memory {cpu.get('memory_gib') or '?'} GiB")
+    console.print("CPU features: " + (" ".join(cpu.get("isa_features") or []) or "none seen"))
     for d in fp["disks"]:
         console.print(f"disk: {d['name']} {d['model'] or ''} {d['size_gib']} GiB "
                       f"{'rotational' if d['rotational'] else 'non-rotational'}")
     if fp["gpus"]:
         t = Table(title="GPUs")
-        for col in ("#", "name", "memory GiB", "PCI bus"):
+        for col in ("#", "name", "memory GiB", "PCI bus", "power W (default)", "app clocks SM/mem MHz (default)",
+                    "max SM/mem MHz", "MIG", "ECC", "PCIe max"):
             t.add_column(col)
         for g in fp["gpus"]:
-            t.add_row(str(g["index"]), g["name"], str(g["memory_gib"]), g["pci_bus_id"])
+            t.add_row(str(g["index"]), g["name"], str(g["memory_gib"]), g["pci_bus_id"],
+                      f"{g.get('power_limit_w')} ({g.get('power_default_w')})",
+                      f"{g.get('app_clock_sm_mhz')}/{g.get('app_clock_mem_mhz')} "
+                      f"({g.get('default_app_clock_sm_mhz')}/{g.get('default_app_clock_mem_mhz')})",
+                      f"{g.get('max_clock_sm_mhz')}/{g.get('max_clock_mem_mhz')}",
+                      _mode(g.get("mig")), _mode(g.get("ecc")),
+                      f"gen{g.get('pcie_max_gen')} x{g.get('pcie_max_width')}")
         console.print(t)
         links = Table(title="links (NV# = NVLink count; PIX/PXB/PHB/NODE/SYS = PCIe path)")
         links.add_column("")

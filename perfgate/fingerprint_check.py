@@ -1,0 +1,102 @@
+"""Compare this machine's fingerprint with the one stored beside a baseline.
+
+The hardware id cannot hold everything that moves a number: a microcode or BIOS update,
+another host CPU under the same GPUs, SMT switched off, less memory. So at comparison time
+the performance-relevant fields of both fingerprints are compared; where they differ, the
+absolute metrics of that baseline are *not comparable* (a distinct outcome, never pass or
+regression) and the report names the fields. Ratios measured inside one run are still judged.
+
+Fields a fingerprint lacks (one stored before perfgate recorded them) are *unverified*, not
+different: old baselines stay usable, and the report can say what it could not check.
+Which fields are compared and which are only stored: docs/hardware-ids.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfgate.verdict import Outcome, Verdict
+
+# (field, relative tolerance): numbers that wobble a little between boots of one machine.
+CPU_FIELDS: dict[str, float] = {
+    "vendor": 0, "family": 0, "model_number": 0, "stepping": 0, "model": 0, "arch": 0,
+    "isa": 0, "isa_features": 0, "torch_capability": 0,
+    "cores": 0, "threads_per_core": 0, "numa_nodes": 0,
+    "memory_gib": 0.10, "base_mhz": 0.02, "max_mhz": 0.02,
+}
+GPU_FIELDS: dict[str, float] = {
+    "name": 0, "memory_gib": 0.02, "power_limit_w": 0, "power_default_w": 0,
+    "app_clock_sm_mhz": 0, "app_clock_mem_mhz": 0, "max_clock_sm_mhz": 0, "max_clock_mem_mhz": 0,
+    "mig": 0, "ecc": 0, "pcie_max_gen": 0, "pcie_max_width": 0,
+}
+# Stored, shown as context (e.g. by the gross-change guard), never making numbers incomparable:
+# they differ between hosts of one fleet without moving performance, or are software.
+CONTEXT_CPU_FIELDS = ("microcode", "processors", "sockets")
+SOFTWARE_KEYS = ("python", "torch", "vllm", "megatron_core", "nccl", "driver", "cuda_driver", "perfgate")
+
+
+@dataclass
+class FingerprintDiff:
+    """What differs between the baseline's fingerprint and this machine's."""
+
+    relevant: list[str] = field(default_factory=list)    # make absolute metrics not comparable
+    context: list[str] = field(default_factory=list)     # software and stored-only fields
+    unverified: list[str] = field(default_factory=list)  # performance fields the baseline did not record
+
+    @property
+    def comparable(self) -> bool:
+        return not self.relevant
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + " ".join(map(str, value)) + "]" if value else "[]"
+    return str(value)
+
+
+def _same(a: Any, b: Any, rel: float) -> bool:
+    if rel and isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= rel * max(abs(a), abs(b))
+    return a == b
+
+
+def _compare(name: str, base: Any, here: Any, rel: float, diff: list[str], unverified: list[str]) -> None:
+    if base is None or here is None:
+        if base is None and here is not None:
+            unverified.append(name)
+        return
+    if not _same(base, here, rel):
+        diff.append(f"{name}: {_show(base)} (baseline) -> {_show(here)} (here)")
+
+
+def compare(baseline_fp: dict | None, current_fp: dict) -> FingerprintDiff:
+    """Differences of ``current_fp`` from ``baseline_fp`` (pure; either may be an old fingerprint)."""
+    out = FingerprintDiff()
+    if not baseline_fp:
+        out.unverified.append("fingerprint (the baseline file stores none)")
+        return out
+    bcpu, ccpu = baseline_fp.get("cpu") or {}, current_fp.get("cpu") or {}
+    for name, rel in CPU_FIELDS.items():
+        _compare(f"cpu.{name}", bcpu.get(name), ccpu.get(name), rel, out.relevant, out.unverified)
+    for name in CONTEXT_CPU_FIELDS:
+        _compare(f"cpu.{name}", bcpu.get(name), ccpu.get(name), 0, out.context, [])
+    bgpus, cgpus = baseline_fp.get("gpus") or [], current_fp.get("gpus") or []
+    if len(bgpus) != len(cgpus):
+        out.relevant.append(f"gpus: {len(bgpus)} (baseline) -> {len(cgpus)} (here)")
+    else:
+        for i, (bg, cg) in enumerate(zip(bgpus, cgpus)):
+            for name, rel in GPU_FIELDS.items():
+                _compare(f"gpu{i}.{name}", bg.get(name), cg.get(name), rel, out.relevant, out.unverified)
+        if baseline_fp.get("links") and current_fp.get("links") and baseline_fp["links"] != current_fp["links"]:
+            out.relevant.append(f"links: {baseline_fp['links']} (baseline) -> {current_fp['links']} (here)")
+    bsw, csw = baseline_fp.get("software") or {}, current_fp.get("software") or {}
+    for key in SOFTWARE_KEYS:
+        if bsw.get(key) != csw.get(key) and (bsw.get(key) or csw.get(key)):
+            out.context.append(f"{key}: {bsw.get(key)} (baseline) -> {csw.get(key)} (here)")
+    return out
+
+
+def not_comparable(diff: FingerprintDiff, tol: float) -> Verdict:
+    """The verdict of an absolute metric whose baseline was measured on a machine that differs."""
+    return Verdict(Outcome.NOT_COMPARABLE, None, tol, None,
+                   "not comparable: the baseline's machine differs in " + "; ".join(diff.relevant))
