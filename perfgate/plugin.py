@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import hardware, report, results as results_mod
+from perfgate import hardware, outcomes, results as results_mod, run_report as report
 from perfgate.baseline_choice import BaselineChooser, report_notes, tolerances_id
 from perfgate.baselines import BaselineError, BaselineStore
 from perfgate.config import GATE_MODES, ConfigError, load_settings
@@ -38,6 +38,7 @@ from perfgate.recorder import PerfRecorder
 from perfgate.runcache import RunCache
 from perfgate.results import MetricResult
 from perfgate.safe_paths import PathError
+from perfgate.textable import resolve_width
 from perfgate.verdict import Outcome, fails
 
 _STATE = pytest.StashKey["_PerfState"]()
@@ -60,6 +61,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-retries", type=int, metavar="N", help="re-measure a suspected regression up to N times")
     g.addoption("--perf-strict", action="store_true", help="fail on 'noisy' verdicts too")
     g.addoption("--perf-markdown", metavar="PATH", help="write a Markdown summary (for CI job summaries)")
+    g.addoption("--perf-table", choices=report.TABLE_CHOICES, default="attention",
+                help="which rows the terminal report lists: attention (default: regression, noisy, new, "
+                     "improved, tainted), all (every metric), off (verdict and per-area counts only)")
     g.addoption("--perf-gate", choices=GATE_MODES,
                 help="which metrics can fail a test: auto (ratios; absolute ones on GPU ids), all, ratios")
     g.addoption("--perf-hardware-id", metavar="ID", help="override the detected hardware id")
@@ -474,6 +478,7 @@ def _nothing_refreshed(config: pytest.Config, state: _PerfState) -> str:
 
 def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
     doc = _document(config)
+    doc["summary"] = outcomes.summary(state.results)  # counts, gated apart from recorded-only
     if config.getoption("--perf-save"):
         results_mod.save(Path(config.getoption("--perf-save")), doc)
         if doc["interrupted"]:
@@ -508,6 +513,10 @@ def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
             state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
 
 
+_MARKUP = {"regression": {"red": True, "bold": True}, "noisy": {"yellow": True}, "improved": {"cyan": True},
+           "new": {"blue": True}, "verdict": {"green": True, "bold": True}, "note": {"yellow": True}}
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
@@ -519,20 +528,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     tr = terminalreporter
     tr.section("perfgate")
+    notes = []
     if state.tainted:
         gate_note = "gated anyway (--perf-allow-tainted)" if state.allow_tainted else \
             "not gated (--perf-allow-tainted to gate anyway)"
-        tr.write_line(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted), yellow=True)
-    title = f"perfgate: {state.hardware_id} (baselines: {state.settings.baselines})"
-    # Wide enough that a test id is never cut: CI logs are read in a browser, not an 80-column tty.
-    longest = max((len(report.short_id(r.test_id)) + len(r.metric) for r in state.results), default=0)
-    tr.write(report.render_table(state.results, title, width=max(120, tr._tw.fullwidth, longest + 90)))
-    for line in report_notes(state.results, state.hardware_id):
-        tr.write_line(line, yellow=True)
-    regressions = [r for r in state.results if r.gated and r.outcome == "regression"]
-    software = hardware.fingerprint()["software"]
-    for r in regressions:
-        tr.write_line("REGRESSION " + report.regression_line(r, software), red=True)
+        notes.append(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted))
+    notes.extend(report_notes(state.results, state.hardware_id))
+    lines = report.terminal_lines(state.results, hardware_id=state.hardware_id,
+                                  width=resolve_width(isatty=bool(tr.isatty()), tty_width=tr._tw.fullwidth),
+                                  table=config.getoption("--perf-table"), notes=notes,
+                                  full_table_at=config.getoption("--perf-markdown"),
+                                  current_software=hardware.fingerprint()["software"])
+    for line in lines:
+        tr.write_line(line.text, **_MARKUP.get(line.style, {}))
     new = [r for r in state.results if r.outcome == "new"]
     if new:
         tr.write_line(f"{len(new)} metric(s) have no baseline for {state.hardware_id}: record them with "

@@ -107,7 +107,7 @@ def test_calibrate_end_to_end_writes_spread_into_the_baseline(tmp_path, capsys):
                  "--yes", "--include-tainted", "--keep", str(keep), "--", "perf/demo"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "perfgate calibrate: cpu-Test-2c, 3 runs" in out and "proposed tol" in out
+    assert "perfgate calibrate: cpu-Test-2c, 3 runs" in out and "proposed" in out
     assert sorted(p.name for p in keep.glob("*.json")) == ["run1.json", "run2.json", "run3.json"]
     doc = json.loads((tmp_path / "baselines" / "cpu-Test-2c" / "demo.json").read_text())
     speed = doc["entries"]["perf/demo/test_demo.py::test_speed"]["speedup"]

@@ -30,9 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress
-from rich.table import Table
 from scipy.stats import norm
 
 from perfgate import interrupts, results as results_mod
@@ -41,7 +39,8 @@ from perfgate.config import load_settings
 from perfgate.gate import tolerance
 from perfgate.hardware_id import check_hardware_id
 from perfgate.metrics import Metric, summarize
-from perfgate.report import _fmt, short_id
+from perfgate.run_report import fmt_number, short_id
+from perfgate.textable import Column, Line, render, stdout_width, wrap_words
 from perfgate.results import area_of
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample * this = its standard deviation
@@ -173,23 +172,26 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else (f"{x:.1%}" if x >= 0.001 else "<0.1%")
 
 
-def table(cals: list[Calibration], *, alpha: float, power: float, title: str) -> Table:
-    t = Table(title=title, header_style="bold")
-    for col, just in (("test", "left"), ("metric", "left"), ("runs", "right"), ("median", "right"),
-                      ("unit", "left"), ("within-run", "right"), ("run-to-run", "right"),
-                      ("configured tol", "right"), ("false alarms", "right"), ("proposed tol", "right"),
-                      ("false alarms", "right"), (f"detectable @α={alpha:g}", "right")):
-        t.add_column(col, justify=just, overflow="fold")
+def table(cals: list[Calibration], *, alpha: float, power: float, title: str, width: int) -> list[Line]:
+    """Short headers (explained in the legend below the table) so the numbers fit at 100 columns.
+
+    A row whose configured tolerance false-alarms more often than alpha is marked ``!``."""
+    columns = (Column("test", fold=True, group=True), Column("metric", fold=True), Column("runs", "right"),
+               Column("median", "right"), Column("unit"), Column("within", "right"),
+               Column("run-to-run", "right"), Column("tol", "right"), Column("alarms", "right"),
+               Column("proposed", "right"), Column("alarms", "right"), Column("detectable", "right"))
+    rows, styles = [], []
     for c in cals:
         fa_conf = false_alarm_rate(c.configured, c.spread)
         fa_prop = false_alarm_rate(c.proposed, c.spread) if c.proposed is not None else None
-        style = "yellow" if fa_conf is not None and fa_conf > alpha else ""
-        conf = f"[{style}]{_pct(c.configured, c.absolute)}[/]" if style else _pct(c.configured, c.absolute)
-        t.add_row(escape(short_id(c.test_id)), c.metric, str(len(c.run_medians)),
-                  _fmt(float(np.median(c.run_medians))), c.unit, _pct(c.within, c.absolute),
-                  _pct(c.spread, c.absolute), conf, _rate(fa_conf), _pct(c.proposed, c.absolute), _rate(fa_prop),
-                  _pct(detectable(c.spread, alpha=alpha, power=power), c.absolute))
-    return t
+        loud = fa_conf is not None and fa_conf > alpha
+        rows.append([short_id(c.test_id), c.metric, str(len(c.run_medians)), fmt_number(float(np.median(c.run_medians))),
+                     c.unit, _pct(c.within, c.absolute), _pct(c.spread, c.absolute),
+                     ("!" if loud else "") + _pct(c.configured, c.absolute), _rate(fa_conf),
+                     _pct(c.proposed, c.absolute), _rate(fa_prop),
+                     _pct(detectable(c.spread, alpha=alpha, power=power), c.absolute)])
+        styles.append("noisy" if loud else None)
+    return render(columns, rows, width=width, title=title, styles=styles)
 
 
 def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float, fraction_floor: float
@@ -266,12 +268,17 @@ def run(args: argparse.Namespace) -> int:
     if not cals:
         console.print("no metrics recorded: the selected tests record nothing (or every run was tainted)")
         return 1
-    console.print(table(cals, alpha=args.alpha, power=args.power,
-                        title=f"perfgate calibrate: {hardware_id}, {args.runs} runs, k={args.k:g}"))
-    console.print(f"run-to-run = {MAD_TO_SIGMA} x MAD of the run medians (relative; absolute for fractions). "
-                  f"false alarms = P(noise alone exceeds the tolerance) for one run vs a one-run baseline; "
-                  f"detectable = smallest regression flagged with probability {args.power:g} at false-alarm rate "
-                  f"{args.alpha:g}. Yellow: the configured tolerance false-alarms more often than alpha.")
+    width = stdout_width()
+    for line in table(cals, alpha=args.alpha, power=args.power, width=width,
+                      title=f"perfgate calibrate: {hardware_id}, {args.runs} runs, k={args.k:g}"):
+        print(line.text)
+    legend = (f"within = within-run spread; run-to-run = {MAD_TO_SIGMA} x MAD of the run medians (relative; "
+              f"absolute for fractions). tol = the configured tolerance, proposed = max(floor, k x run-to-run); "
+              f"alarms (after each) = P(noise alone exceeds it) for one run vs a one-run baseline; detectable = "
+              f"smallest regression flagged with probability {args.power:g} at false-alarm rate {args.alpha:g}. "
+              f"!: the configured tolerance false-alarms more often than alpha.")
+    for line in wrap_words(legend, width):
+        print(line)
     if not args.write:
         return 0
     by_area = entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor)

@@ -4,13 +4,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
-
-from perfgate import interrupts, report, results as results_mod
+from perfgate import interrupts, results as results_mod, run_report
 from perfgate.baselines import BaselineEntry
 from perfgate.config import load_settings
 from perfgate.gate import evaluate
 from perfgate.metrics import Metric
+from perfgate.textable import stdout_width, wrap_words
 from perfgate.verdict import fails, Outcome
 
 
@@ -23,6 +22,8 @@ def register(sub) -> None:
     p.add_argument("--allow-hardware-mismatch", action="store_true",
                    help="compare results from different hardware ids anyway")
     p.add_argument("--markdown", type=Path, help="also write a Markdown summary here")
+    p.add_argument("--table", choices=run_report.TABLE_CHOICES, default="attention",
+                   help="rows to print: attention (default: regression, noisy, new, improved, tainted), all, off")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
     p.set_defaults(func=run)
 
@@ -47,14 +48,22 @@ def run(args: argparse.Namespace) -> int:
                                   commit=a.get("commit"), software=(a.get("fingerprint") or {}).get("software"))
         metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, tol=r.tol)
         out.append(evaluate(r.test_id, metric, entry, settings=settings, hardware_id=b["hardware_id"]))
-    title = f"perfgate compare: {args.current} vs {args.baseline} ({b['hardware_id']})"
-    Console(width=160).print(report.table(out, title))
     software = (b.get("fingerprint") or {}).get("software")
+    width = stdout_width()
+    for line in wrap_words(f"perfgate compare: {args.current} vs {args.baseline} ({b['hardware_id']})", width, "    "):
+        print(line)
+    for line in run_report.terminal_lines(out, hardware_id=b["hardware_id"], width=width, table=args.table,
+                                          full_table_at=str(args.markdown) if args.markdown else None,
+                                          all_option="--table all", current_software=software):
+        print(line.text)
     failing = [r for r in out if r.gated and fails(Outcome(r.outcome), strict=args.strict)]
-    for r in failing:
-        print("REGRESSION " + report.regression_line(r, software))
+    if args.strict:
+        for r in failing:
+            if r.outcome != "regression":
+                print("FAILS (--strict) " + run_report.regression_line(r, software))
     if args.markdown:
-        text = report.markdown(out, hardware_id=b["hardware_id"], commit=b.get("commit"), current_software=software)
+        text = run_report.markdown(out, hardware_id=b["hardware_id"], commit=b.get("commit"),
+                                   current_software=software)
         with interrupts.writing(str(args.markdown)):
             args.markdown.write_text(text)
     return 1 if failing else 0

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from perfgate import interrupts, seed_v100
 from perfgate.baselines import BaselineEntry, BaselineStore
 from perfgate.config import load_settings
 from perfgate.metrics import Summary
-from perfgate.report import _fmt, short_id
+from perfgate.run_report import fmt_number, short_id
+from perfgate.textable import Column, render, stdout_width
 from perfgate.results import area_of
 
 
@@ -67,9 +67,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(width=180)
     plan: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
     kept = 0
-    t = Table(title=f"{seed_v100.SEED} -> {store.root / hw}", header_style="bold")
-    for col in ("test", "metric", "value", "unit", "n", "source", "action"):
-        t.add_column(col, overflow="fold")
+    rows = []
     for area, tests in sorted(entries_by_area().items()):
         existing = store.load(hw, area)
         for test, metrics in sorted(tests.items()):
@@ -82,9 +80,12 @@ def run(args: argparse.Namespace) -> int:
                     action = "write" if old is None else ("update" if old.summary.median != entry.summary.median
                                                           else "same")
                     plan.setdefault(area, {}).setdefault(test, {})[metric] = entry
-                t.add_row(escape(short_id(test)), metric, _fmt(entry.summary.median), entry.unit,
-                          str(entry.summary.n), escape(entry.source or ""), action)
-    console.print(t)
+                rows.append([short_id(test), metric, fmt_number(entry.summary.median), entry.unit,
+                             str(entry.summary.n), entry.source or "", action])
+    columns = (Column("test", fold=True, group=True), Column("metric", fold=True), Column("value", "right"),
+               Column("unit"), Column("n", "right"), Column("source", fold=True), Column("action"))
+    for line in render(columns, rows, width=stdout_width(), title=f"{seed_v100.SEED} -> {store.root / hw}"):
+        print(line.text)
     if args.check_ids:
         have = collected_ids(args.root)
         missing = sorted({n.test_id for n in seed_v100.NUMBERS} - have)

@@ -11,14 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from perfgate import interrupts, results as results_mod
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
-from perfgate.report import _fmt, short_id
+from perfgate.run_report import fmt_number, short_id
+from perfgate.textable import Column, render, stdout_width, wrap_words
 
 
 def register(sub) -> None:
@@ -39,6 +37,21 @@ def _software_line(sw: dict | None) -> str:
                                                                         "vllm", "megatron_core", "python"))
 
 
+def _diff_table(rows: list[list[str]], provenances: list[str], *, width: int, title: str) -> list[str]:
+    """Old vs new per metric. A provenance shared by every row (one earlier refresh wrote
+    them all) is said once above the table instead of in a column of identical text."""
+    columns = [Column("test", fold=True, group=True), Column("metric", fold=True), Column("old", "right"),
+               Column("new", "right"), Column("unit"), Column("change", "right")]
+    head = [title]
+    if len(set(provenances)) == 1:
+        head.append(f"  old provenance (every row): {provenances[0]}")
+    else:
+        columns.append(Column("old provenance", fold=True))
+        rows = [row + [prov] for row, prov in zip(rows, provenances)]
+    lines = [t for h in head for t in wrap_words(h, width, "    ")]
+    return lines + [line.text for line in render(columns, rows, width=width)]
+
+
 def run(args: argparse.Namespace) -> int:
     docs = [results_mod.load(p) for p in args.results]
     for p, d in zip(args.results, docs):
@@ -53,35 +66,39 @@ def run(args: argparse.Namespace) -> int:
         print(f"perfgate refresh: nothing written: {_why_nothing(doc, ', '.join(map(str, args.results)))}",
               file=sys.stderr)
         return 1
-    console = Console(width=160)
+    width = stdout_width()
+
+    def say(text: str) -> None:
+        for line in wrap_words(text, width, "    "):
+            print(line)
+
     others = [h for h in store.hardware_ids() if h != hw]
     if hw not in store.hardware_ids():
-        console.print(f"hardware id [bold]{escape(hw)}[/] has no baselines yet: a new folder "
-                      f"{store.root / hw} will be created; existing folders ({', '.join(others) or 'none'}) "
-                      f"stay untouched")
+        say(f"hardware id {hw} has no baselines yet: a new folder {store.root / hw} will be created; existing "
+            f"folders ({', '.join(others) or 'none'}) stay untouched")
     changes = 0
     for area, entries in sorted(by_area.items()):
         old = store.load(hw, area)
         old_doc = store.document(hw, area)
-        t = Table(title=f"{hw}/{area}.json", header_style="bold")
-        for col in ("test", "metric", "old", "new", "unit", "change", "old provenance"):
-            t.add_column(col)
+        rows, provenances = [], []
         for test, metrics in sorted(entries.items()):
             for name, new in sorted(metrics.items()):
                 prev = old.get(test, {}).get(name)
                 change = "new"
                 if prev is not None and prev.summary.median:
                     change = f"{(new.summary.median / prev.summary.median - 1) * 100:+.1f}%"
-                prov = f"{prev.provenance}, {prev.when}, {prev.commit}" if prev else "-"
-                t.add_row(escape(short_id(test)), name, _fmt(prev.summary.median if prev else None),
-                          _fmt(new.summary.median), new.unit, change, escape(prov))
+                provenances.append(f"{prev.provenance}, {prev.when}, {prev.commit}" if prev else "-")
+                rows.append([short_id(test), name, fmt_number(prev.summary.median if prev else None),
+                             fmt_number(new.summary.median), new.unit, change])
                 changes += 1
-        console.print(t)
+        print()
+        for line in _diff_table(rows, provenances, width=width, title=f"{hw}/{area}.json"):
+            print(line)
         old_sw = ((old_doc.get("fingerprint") or {}).get("software")) if old_doc else None
         if old_sw:
-            console.print(f"  old software: {_software_line(old_sw)}")
-    console.print(f"  new software: {_software_line((doc.get('fingerprint') or {}).get('software'))}; "
-                  f"commit {doc.get('commit')}, measured {doc.get('created')}")
+            say(f"  old software: {_software_line(old_sw)}")
+    say(f"  new software: {_software_line((doc.get('fingerprint') or {}).get('software'))}; "
+        f"commit {doc.get('commit')}, measured {doc.get('created')}")
     if not args.yes:
         if not sys.stdin.isatty():
             print("not written: pass --yes to write without a terminal to confirm on", file=sys.stderr)

@@ -1,0 +1,236 @@
+"""What a person reads after a run: the run's verdict, per-area counts, the rows that need a
+look, then where the full table is; on the terminal and as the Markdown job summary.
+
+The order answers "did it fail, where, which rows" before anything else, so a CI log of a
+747-metric run opens with its verdict instead of a table. Every regression line is
+actionable: it names the baseline's provenance (date, commit, software) beside the current
+software, and the command that re-runs just that case. Tables go through perfgate.textable,
+so numbers, headers and verdict words are never split at any width.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from perfgate import outcomes
+from perfgate.results import MetricResult
+from perfgate.textable import Column, Line, render, wrap_words
+
+TERMINAL_ATTENTION_LIMIT = 50  # rows of the attention table on a terminal; failing rows always shown
+TABLE_CHOICES = ("attention", "all", "off")
+
+
+def fmt_number(x: float | None) -> str:
+    if x is None:
+        return "-"
+    ax = abs(x)
+    if ax == 0:
+        return "0"
+    if ax >= 1000:
+        return f"{x:,.0f}"
+    if ax >= 10:
+        return f"{x:.1f}"
+    if ax >= 0.01:
+        return f"{x:.3f}"
+    return f"{x:.3g}"
+
+
+def change_text(r: MetricResult) -> str:
+    change = r.verdict.get("change")
+    if change is None:
+        return "-"
+    if r.unit == "fraction":
+        return f"{-change if r.better == 'higher' else change:+.3f}"
+    # show the change of the value (not of "worseness"), so +5% means the number went up
+    rel = -change if r.better == "higher" else change
+    return f"{rel * 100:+.1f}%"
+
+
+def tol_text(r: MetricResult) -> str:
+    return f"{r.tol:.3f}" if r.unit == "fraction" else f"{r.tol * 100:.0f}%"
+
+
+def short_id(test_id: str) -> str:
+    return test_id.split("::", 1)[-1]
+
+
+METRIC_COLUMNS = (Column("test", fold=True, group=True), Column("metric", fold=True),
+                  Column("baseline", "right"), Column("current", "right"), Column("unit"),
+                  Column("change", "right"), Column("tol", "right"), Column("verdict"))
+
+
+def metric_row(r: MetricResult) -> list[str]:
+    base = r.baseline["median"] if r.baseline else None
+    return [short_id(r.test_id), r.metric, fmt_number(base), fmt_number(r.summary.median), r.unit,
+            change_text(r), tol_text(r), outcomes.label(r)]
+
+
+def style_of(r: MetricResult) -> str:
+    """Colour key: the gated outcome, or "recorded" for everything that cannot fail the run."""
+    return r.outcome if r.gated else "recorded"
+
+
+def metric_table(results: list[MetricResult], *, width: int, title: str | None = None) -> list[Line]:
+    return render(METRIC_COLUMNS, [metric_row(r) for r in results], width=width, title=title,
+                  styles=[style_of(r) for r in results])
+
+
+def _software(sw: dict | None) -> str:
+    if not sw:
+        return "software unknown"
+    keys = ("torch", "nccl", "cuda_driver", "driver", "vllm", "megatron_core")
+    return ", ".join(f"{k} {sw[k]}" for k in keys if sw.get(k)) or "software unknown"
+
+
+def regression_line(r: MetricResult, current_software: dict | None) -> str:
+    b = r.baseline or {}
+    prov = b.get("provenance", "?")
+    where = f"{prov}, {b.get('when') or 'date unknown'}, commit {b.get('commit') or '?'}"
+    if b.get("source"):
+        where += f", {b['source']}"
+    return (f"{r.test_id} {r.metric}: {r.verdict.get('explanation')}. "
+            f"baseline {fmt_number(b.get('median'))} {r.unit} ({where}; {_software(b.get('software'))}) "
+            f"vs current {fmt_number(r.summary.median)} {r.unit} ({_software(current_software)}). "
+            f"Re-run: {r.rerun}")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _counts_text(bucket: dict) -> str:
+    return ", ".join(f"{v} {k}" for k, v in outcomes.ordered(bucket))
+
+
+def verdict_clauses(summary: dict, hardware_id: str) -> list[str]:
+    """``perfgate: 0 regressions in 459 gated metrics``, ``288 recorded only (not gated on cpu-*)``"""
+    g, rec = summary["gated"], summary["recorded_only"]
+    parts = [_plural(g.get("regression", 0), "regression")]
+    parts += [f"{v} {k}" for k, v in outcomes.ordered(g) if k not in ("pass", "regression")]
+    clauses = [f"perfgate: {', '.join(parts)} in {_plural(g['metrics'], 'gated metric')}"]
+    if rec["metrics"]:
+        why = "not gated on cpu-*" if hardware_id.startswith("cpu-") else "not gated on this machine"
+        clauses.append(f"{rec['metrics']} recorded only ({why})")
+    if summary["tainted"]:
+        clauses.append(f"{summary['tainted']} measured on a busy machine (tainted)")
+    return clauses
+
+
+def verdict_line(summary: dict, hardware_id: str) -> str:
+    return "; ".join(verdict_clauses(summary, hardware_id))
+
+
+def area_clauses(summary: dict) -> list[tuple[str, list[str]]]:
+    """(area, ["gated 49: 48 pass, 1 regression", "recorded only 73: 40 pass, 10 worse, ..."])"""
+    out = []
+    for area, b in summary["areas"].items():
+        g, rec = b["gated"], b["recorded_only"]
+        clauses = [f"gated {g['metrics']}" + (f": {_counts_text(g)}" if g["metrics"] else "")]
+        if rec["metrics"]:
+            clauses.append(f"recorded only {rec['metrics']}: {_counts_text(rec)}")
+        if b["tainted"]:
+            clauses.append(f"{b['tainted']} tainted")
+        out.append((area, clauses))
+    return out
+
+
+def _clauses(first: str, clauses: list[str], width: int, indent: str) -> list[str]:
+    """``first`` then clauses joined by "; ", a line break only between clauses where one fits."""
+    items = [c + (";" if k < len(clauses) - 1 else "") for k, c in enumerate(clauses)]
+    items[0] = first + items[0]
+    lines: list[str] = []
+    for item in items:
+        if lines and len(lines[-1]) + 1 + len(item) <= width:
+            lines[-1] += " " + item
+        else:
+            lines += wrap_words(item if not lines else indent + item, width, indent)
+    return lines
+
+
+def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int, table: str = "attention",
+                   full_table_at: str | None = None, all_option: str = "--perf-table=all",
+                   current_software: dict | None = None, notes: Iterable[str] = ()) -> list[Line]:
+    """The run's report for a terminal or a log, every line within ``width`` where a value allows.
+
+    ``notes`` (a tainted machine, say) follow the verdict: they say why it may not be final."""
+    summary = outcomes.summary(results)
+    bad = summary["gated"].get("regression", 0) > 0
+    lines = [Line(t, "regression" if bad else "verdict")
+             for t in _clauses("", verdict_clauses(summary, hardware_id), width, "    ")]
+    for note in notes:
+        lines += [Line(t, "note") for t in wrap_words(note, width, "    ")]
+    areas = area_clauses(summary)
+    name_w = max((len(a) for a, _ in areas), default=0)
+    for area, clauses in areas:
+        lines += [Line(t) for t in _clauses(f"  {area.ljust(name_w)}  ", clauses, width, " " * (name_w + 4))]
+    attention = outcomes.attention(results)
+    if table == "all":
+        lines.append(Line(""))
+        lines += metric_table(results, width=width, title=f"all {len(results)} metrics of {hardware_id}:")
+    elif table == "attention" and attention:
+        failing = sum(1 for r in attention if outcomes.may_fail(r))
+        shown = attention[:max(TERMINAL_ATTENTION_LIMIT, failing)]
+        lines.append(Line(""))
+        lines += metric_table(shown, width=width, title=f"needs attention: {len(attention)} of {len(results)} "
+                                                          f"metrics (regression, noisy, new, improved, tainted)")
+        if len(shown) < len(attention):
+            lines.append(Line(f"... and {len(attention) - len(shown)} more rows needing attention"))
+    elif table == "attention":
+        lines.append(Line(f"no metric needs attention ({len(results)} recorded)"))
+    regressions = [r for r in results if r.gated and r.outcome == "regression"]
+    for r in regressions:
+        text, _, rerun = regression_line(r, current_software).rpartition(" Re-run: ")
+        lines += [Line(t, "regression") for t in wrap_words("REGRESSION " + text, width, "    ")]
+        lines.append(Line(f"    Re-run: {rerun}", "regression"))  # whole, to copy: never folded
+    if table != "all":
+        hint = (f"full table: {full_table_at}; {all_option} prints it here" if full_table_at
+                else f"full table: {all_option} prints every metric")
+        lines += [Line(t) for t in wrap_words(hint, width, "    ")]
+    return lines
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md_table(results: Iterable[MetricResult]) -> list[str]:
+    lines = ["| test | metric | baseline | current | unit | change | tol | verdict |",
+             "|---|---|---:|---:|---|---:|---:|---|"]
+    for r in results:
+        row = metric_row(r)
+        lines.append(f"| `{_md(row[0])}` | {_md(row[1])} | " + " | ".join(_md(c) for c in row[2:]) + " |")
+    return lines
+
+
+def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | None,
+             current_software: dict | None, skipped_by_budget: list[str] | None = None) -> str:
+    """The CI job summary: verdict, per-area counts, attention rows, then every row collapsed.
+
+    About 150 bytes a row, so the whole CPU suite (~750 metrics, twice) stays far below
+    GitHub's 1 MiB job-summary limit."""
+    summary = outcomes.summary(results)
+    lines = [f"## perfgate: {hardware_id}", "", f"**{verdict_line(summary, hardware_id)}**", "",
+             f"commit `{commit or '?'}`", "", "| area | gated | recorded only |", "|---|---|---|"]
+    for area, b in summary["areas"].items():
+        g, rec = b["gated"], b["recorded_only"]
+        cell_g = f"{g['metrics']}: {_counts_text(g)}" if g["metrics"] else "0"
+        cell_r = f"{rec['metrics']}: {_counts_text(rec)}" if rec["metrics"] else "0"
+        if b["tainted"]:
+            cell_r += f" ({b['tainted']} tainted)"
+        lines.append(f"| {_md(area)} | {cell_g} | {cell_r} |")
+    lines.append("")
+    attention = outcomes.attention(results)
+    if attention:
+        lines += [f"### Needs attention ({len(attention)} of {len(results)} metrics)", ""] + _md_table(attention)
+        lines.append("")
+    else:
+        lines += ["No metric needs attention.", ""]
+    regressions = [r for r in results if r.outcome == "regression" and r.gated]
+    if regressions:
+        lines += ["### Regressions", ""]
+        lines += [f"- {regression_line(r, current_software)}" for r in regressions]
+        lines.append("")
+    if skipped_by_budget:
+        lines += ["### Not run (time budget spent)", ""] + [f"- `{t}`" for t in skipped_by_budget] + [""]
+    lines += ["<details><summary>All " + f"{len(results)} metrics</summary>", ""] + _md_table(results)
+    lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"

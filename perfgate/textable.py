@@ -1,0 +1,208 @@
+"""Plain-text tables that fit a width without ever splitting a number, a header or a word.
+
+Why not rich: rich shrinks every column to fit, so a 160-wide table squeezed into a long
+test id showed `1,50` over `3` and `regression (not gate` cut at the edge. Here each column
+says whether it may fold (names: test ids, metric names, provenance) or must stay whole
+(numbers, units, verdict words). Whole columns and every header keep their full width;
+what is left goes to the folding ones. Three layouts, the first that fits:
+
+- wide: one line per row (the test id on every line, so a grep of a log finds it);
+- stacked: the grouping column (the test id) becomes a heading line above its rows;
+- cards: the whole columns alone are wider than the width (calibrate at 80 columns), so
+  each row becomes wrapped ``header: value`` items.
+
+A line is longer than the width only where a single unbreakable value is.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+SEP = "  "
+INDENT = "  "
+MIN_FOLD = 12            # narrowest a folding column is made before a layout is given up
+DEFAULT_LOG_WIDTH = 120  # width without a terminal and without COLUMNS (a CI log)
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    align: str = "left"    # "left" or "right"
+    fold: bool = False     # may wrap over several lines (names); otherwise kept whole
+    group: bool = False    # the row's subject (test id): a heading line of its own when narrow
+
+
+@dataclass(frozen=True)
+class Line:
+    text: str
+    style: str | None = None  # the row's style key (e.g. its outcome), None for titles and headers
+
+
+def resolve_width(*, isatty: bool, tty_width: int | None = None) -> int:
+    """COLUMNS wins; else the terminal's width; else (a log file, a pipe) DEFAULT_LOG_WIDTH."""
+    env = os.environ.get("COLUMNS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if isatty and tty_width:
+        return tty_width
+    return DEFAULT_LOG_WIDTH
+
+
+def stdout_width() -> int:
+    import shutil
+    import sys
+
+    isatty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+    return resolve_width(isatty=isatty, tty_width=shutil.get_terminal_size().columns if isatty else None)
+
+
+_BREAK = re.compile(r"(?<=[/:\-_, =.])|(?=\[)")
+
+
+def fold(text: str, width: int) -> list[str]:
+    """Wrap a name at its natural joints (`/`, `::`, `-`, `_`, `,`, before `[`), never
+    mid-piece unless one piece alone is wider than ``width``."""
+    width = max(1, width)
+    if len(text) <= width:
+        return [text]
+    lines: list[str] = []
+    cur = ""
+    for piece in (p for p in _BREAK.split(text) if p):
+        if len(cur) + len(piece) <= width:
+            cur += piece
+            continue
+        if cur:
+            lines.append(cur.rstrip() or cur)
+        while len(piece) > width:
+            lines.append(piece[:width])
+            piece = piece[width:]
+        cur = piece.lstrip() if lines else piece
+    if cur:
+        lines.append(cur)
+    return lines
+
+
+def wrap_words(text: str, width: int, indent: str = "") -> list[str]:
+    """Wrap prose at spaces only: a number, a path or a command stays on one line."""
+    body = text.lstrip(" ")
+    lead = text[:len(text) - len(body)]
+    words = body.split(" ")
+    lines: list[str] = []
+    cur = lead
+    for w in words:
+        candidate = f"{cur} {w}" if cur.strip() else cur + w
+        prefix = indent if lines else ""
+        if cur.strip() and len(prefix) + len(candidate) > width:
+            lines.append(prefix + cur)
+            cur = w
+        else:
+            cur = candidate
+    lines.append((indent if lines else "") + cur)
+    return lines
+
+
+def pack(items: Sequence[str], width: int, indent: str = "", sep: str = SEP) -> list[str]:
+    """Items side by side, as many per line as fit; an item is never split."""
+    lines: list[str] = []
+    cur = ""
+    for item in items:
+        if cur and len(indent) + len(cur) + len(sep) + len(item) > width:
+            lines.append(indent + cur)
+            cur = item
+        else:
+            cur = f"{cur}{sep}{item}" if cur else item
+    if cur:
+        lines.append(indent + cur)
+    return lines
+
+
+def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]], avail: int,
+            keep_whole: set[int] = frozenset()) -> list[int] | None:
+    """Column widths within ``avail``, folding only fold columns (not those in keep_whole)."""
+    natural = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    foldable = [i for i, c in enumerate(columns) if c.fold and i not in keep_whole]
+    minimum = list(natural)
+    for i in foldable:
+        minimum[i] = min(natural[i], max(len(columns[i].header), MIN_FOLD))
+    seps = len(SEP) * (len(columns) - 1)
+    if sum(minimum) + seps > avail:
+        return None
+    widths = list(minimum)
+    spare = avail - seps - sum(minimum)
+    want = {i: natural[i] - minimum[i] for i in foldable if natural[i] > minimum[i]}
+    total_want = sum(want.values())
+    if total_want <= spare:
+        return natural
+    for i, w in want.items():  # share the spare width in proportion to what each column lacks
+        widths[i] += spare * w // total_want
+    return widths
+
+
+def _grid(columns: Sequence[Column], rows: Sequence[Sequence[str]], styles: Sequence[str | None],
+          widths: list[int], indent: str = "") -> list[Line]:
+    def cell(text: str, i: int) -> str:
+        return text.rjust(widths[i]) if columns[i].align == "right" else text.ljust(widths[i])
+
+    out = [Line((indent + SEP.join(cell(c.header, i) for i, c in enumerate(columns))).rstrip())]
+    for row, style in zip(rows, styles):
+        parts = [fold(text, widths[i]) if columns[i].fold else [text] for i, text in enumerate(row)]
+        for k in range(max(len(p) for p in parts)):
+            text = SEP.join(cell(p[k] if k < len(p) else "", i) for i, p in enumerate(parts))
+            out.append(Line((indent + text).rstrip(), style))
+    return out
+
+
+def _groups(rows: Sequence[Sequence[str]], styles: Sequence[str | None], g: int):
+    """Consecutive rows with the same value in column g."""
+    out: list[tuple[str, list, list]] = []
+    for row, style in zip(rows, styles):
+        if not out or out[-1][0] != row[g]:
+            out.append((row[g], [], []))
+        out[-1][1].append([c for i, c in enumerate(row) if i != g])
+        out[-1][2].append(style)
+    return out
+
+
+def render(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, width: int, title: str | None = None,
+           styles: Sequence[str | None] | None = None) -> list[Line]:
+    """The table as lines no wider than ``width`` (see the module docstring for the layouts)."""
+    rows = [[str(c) for c in r] for r in rows]
+    styles = list(styles) if styles is not None else [None] * len(rows)
+    out = [Line(t) for t in wrap_words(title, width)] if title else []
+    group = next((i for i, c in enumerate(columns) if c.group), None)
+    widths = _widths(columns, rows, width, keep_whole={group} if group is not None else set())
+    if widths is not None:
+        return out + _grid(columns, rows, styles, widths)
+    if group is not None:
+        rest = [c for i, c in enumerate(columns) if i != group]
+        sub_rows = [[c for i, c in enumerate(r) if i != group] for r in rows]
+        sub_widths = _widths(rest, sub_rows, width - len(INDENT))
+        if sub_widths is not None:
+            out += _grid(rest, [], [], sub_widths, INDENT)
+            for value, grows, gstyles in _groups(rows, styles, group):
+                heading_style = gstyles[0] if len(set(gstyles)) == 1 else None
+                out += [Line(t, heading_style) for t in fold(value, width)]
+                out += _grid(rest, grows, gstyles, sub_widths, INDENT)[1:]
+            return out
+    return out + _cards(columns, rows, styles, width, group)
+
+
+def _cards(columns: Sequence[Column], rows: Sequence[Sequence[str]], styles: Sequence[str | None], width: int,
+           group: int | None) -> list[Line]:
+    out: list[Line] = []
+    last = None
+    for row, style in zip(rows, styles):
+        if group is not None and row[group] != last:
+            last = row[group]
+            out += [Line(t, None) for t in fold(row[group], width)]
+        items = []
+        for i, c in enumerate(columns):
+            if i == group:
+                continue
+            item = f"{c.header}: {row[i]}"
+            # a long name folds onto lines of its own; numbers stay whole items
+            items += fold(item, width - len(INDENT)) if c.fold and len(item) > width - len(INDENT) else [item]
+        out += [Line(t, style) for t in pack(items, width, INDENT)]
+    return out
