@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from perfgate import mutations
 from perfgate import results as results_mod
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
@@ -44,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
     for p, d in zip(args.results, docs):
         if d.get("interrupted"):
             raise ValueError(f"{p} comes from an interrupted run; re-run to completion before refreshing")
+        if d.get(mutations.RESULTS_KEY):
+            raise ValueError(f"{p} was measured with planted bugs ({d[mutations.RESULTS_KEY]['note']}); "
+                             f"re-run without {mutations.ENV} before refreshing")
     doc = results_mod.pool(docs, [str(p) for p in args.results])
     settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
     store = BaselineStore(settings.baselines)

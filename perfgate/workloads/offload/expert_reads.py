@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from perfgate import mutations
+
 from .gguf_layout import ExpertLayout, ExpertSegments, Segment
 from .page_cache import DIRECT_ALIGN, PAGE, aligned_span, drop_cache, open_for_reads
 from .read_pool import Arena, PooledFile, pread_exact
@@ -123,7 +125,7 @@ class ExpertReader(PooledFile):
             self.arena = Arena(Arena.bytes_needed(lengths))
         views = iter(self.arena.views(lengths))
         reads = [[(p.offset, next(views)) for p in pieces] for pieces in per_expert]
-        if spec.mode == "sequential":
+        if spec.mode == "sequential" or mutations.active("sequential_segments"):
             return reads
         return [[r] for chain in reads for r in chain]
 
