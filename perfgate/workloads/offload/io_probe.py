@@ -49,6 +49,12 @@ class ProbeRound:
     def iops(self) -> float:
         return self.n_reads / self.wall_s
 
+    @property
+    def in_flight(self) -> float:
+        """Mean reads in flight over the round (sum of read latencies / wall): the queue depth
+        the device saw. ~1 for one thread; it can only grow if reads are really issued concurrently."""
+        return sum(self.latencies_s) / self.wall_s
+
 
 def summarize(rounds: list[ProbeRound]) -> dict:
     """Latency percentiles over all reads of the rounds, and bandwidth over their summed wall time."""
