@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -105,3 +105,24 @@ class Metric:
     @property
     def is_ratio(self) -> bool:
         return self.family in RATIO_FAMILIES
+
+
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float], *,
+                 truncate: bool = False) -> list[float]:
+    """Per-sample ratios ``a[i] / b[i]`` of two sample lists measured side by side (step i of one
+    case with step i of the other), so the ratio's spread carries the noise of both.
+
+    Lists of different length are an error (a lost step would shift every pair) unless
+    ``truncate``, which pairs up to the shorter list (runs of different step counts).
+    """
+    if len(numerator) != len(denominator) and not truncate:
+        raise MetricError(f"cannot pair {len(numerator)} samples with {len(denominator)}")
+    n = min(len(numerator), len(denominator))
+    if any(b == 0 for b in denominator[:n]):
+        raise MetricError("zero in the denominator samples: a measurement failed upstream")
+    return [numerator[i] / denominator[i] for i in range(n)]
+
+
+def paired_saving(new: Sequence[float], old: Sequence[float], *, truncate: bool = False) -> list[float]:
+    """Per-sample fraction saved, ``1 - new[i] / old[i]`` (memory of a mode against its reference)."""
+    return [1.0 - r for r in paired_ratio(new, old, truncate=truncate)]

@@ -32,6 +32,7 @@ from perfgate.gate import evaluate
 from perfgate.markers import MARKERS, missing_requirements
 from perfgate.progress import SweepProgress
 from perfgate.recorder import PerfRecorder
+from perfgate.runcache import RunCache
 from perfgate.results import MetricResult, area_of
 from perfgate.verdict import Outcome, fails
 
@@ -115,6 +116,7 @@ class _PerfState:
         self.refresh_note: str | None = None
         self.save_note: str | None = None
         self.old_sigterm = None
+        self.runs = RunCache()
 
     def _check_baselines(self) -> None:
         """Read every baseline file of this hardware id now: a truncated or foreign file stops
@@ -251,6 +253,13 @@ def perf(request: pytest.FixtureRequest) -> PerfRecorder:
     return PerfRecorder(request.node.nodeid)
 
 
+@pytest.fixture(scope="session")
+def runs(request: pytest.FixtureRequest) -> RunCache:
+    """The session's cache of workload results: ``runs.get(key, produce)`` (perfgate.runcache).
+    A re-measurement drops the entries the re-measured test read, so it gets fresh samples."""
+    return request.config.stash[_STATE].runs
+
+
 def _evaluate(state: _PerfState, rec: PerfRecorder, pooled: bool) -> list[MetricResult]:
     out = []
     for name, metric in rec.metrics.items():
@@ -270,17 +279,26 @@ def _suspect(r: MetricResult) -> bool:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
+    state = item.config.stash[_STATE]
+    state.runs.begin(item.nodeid)
+    try:
+        return (yield from _judge(item, state))
+    finally:
+        state.runs.begin(None)
+
+
+def _judge(item: pytest.Item, state: _PerfState):
     result = yield
     rec = getattr(item, "funcargs", {}).get("perf")
     if not isinstance(rec, PerfRecorder) or not rec.metrics:
         return result
-    state = item.config.stash[_STATE]
     try:
         evaluated = _evaluate(state, rec, pooled=False)
         attempt = 0
         while any(_suspect(r) for r in evaluated) and attempt < state.settings.retries:
             attempt += 1
             rec.new_attempt()
+            state.runs.invalidate(item.nodeid)  # the re-run measures afresh what this test read
             item.runtest()  # re-measure: the same test body, a fresh set of samples
             evaluated = _evaluate(state, rec, pooled=False)
         if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:

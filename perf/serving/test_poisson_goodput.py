@@ -58,16 +58,13 @@ def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
         tag = f"@{frac:g}x"
         perf.record(f"completed_rps{tag}", [s.request_throughput_rps for s in sums], unit="req/s", better="higher")
         perf.record(f"goodput_rps{tag}", [s.goodput_rps for s in sums], unit="req/s", better="higher")
-        # Attainment is a fraction of this run's own requests. Past capacity it swings between
-        # repetitions, so its tolerance is wider there. On the shared CPU VMs it is record-only
-        # (baselines/cpu-*/tolerances.toml says why).
-        perf.record(f"slo_attainment{tag}", [s.slo_attainment for s in sums], unit="fraction", better="higher",
-                    tol=None if frac < 1.0 else 0.15)
+        # Attainment is a fraction of this run's own requests; past capacity its tolerance is wider
+        # (pyproject.toml), and on the shared CPU VMs it is record-only (baselines/cpu-*/tolerances.toml).
+        perf.record(f"slo_attainment{tag}", [s.slo_attainment for s in sums], unit="fraction", better="higher")
         record_latency(perf, sums, prefix=f"{frac:g}x_")
     perf.record("max_rate_meeting_slo_rps", best_rps, unit="req/s", better="higher")
-    # The sweep moves in steps of the rate fractions (one step down is a 33-100 % change), so the
-    # tolerance lets jitter within a step pass and catches a consistent step down.
-    perf.record("max_rate_meeting_slo_vs_capacity", best_frac, unit="x", better="higher", tol=0.4)
+    # Moves in whole steps of the rate fractions: its tolerance (pyproject.toml) allows for that.
+    perf.record("max_rate_meeting_slo_vs_capacity", best_frac, unit="x", better="higher")
     perf.attach("slo", {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "min_attainment": p.min_attainment,
                         "relative": p.slo is None, "unloaded": unloaded.to_dict(), "capacity": capacity.to_dict(),
                         "capacity_concurrency": max(p.concurrency),

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from perfgate.workloads.area import MIN_MEASURED_STEPS  # noqa: F401  (re-exported for the workers)
 from perfgate.workloads.pipeline.layout import ParallelLayout
 
-MIN_MEASURED_STEPS = 5
 
 
 @dataclass(frozen=True)

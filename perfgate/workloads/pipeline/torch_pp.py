@@ -27,10 +27,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfgate.workloads.area import MIN_MEASURED_STEPS
 from perfgate.workloads.pipeline.layout import ParallelLayout
 from perfgate.workloads.training.model import GPTConfig
 
-MIN_MEASURED_STEPS = 5
 DTYPES = ("float32", "bfloat16")
 # |pipeline - single process| bounds for the correctness phase (gradients relative to the
 # tensor's largest). fp32: the same kernels on the same shapes, only the grouping of work into

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from perfgate.workloads.area import MIN_MEASURED_STEPS
 from perfgate.workloads.training.model import get_config
 
 BACKENDS = ("gloo", "nccl")
 AMP_MODES = ("none", "bf16")  # autocast dtype for compute; parameters stay fp32
 REDUCE_DTYPES = ("fp32", "fp16", "bf16")
-MIN_MEASURED_STEPS = 5  # the verdict's rank test needs >= 5 samples per side
 
 # DDP comm hook per gradient-reduction dtype (torch.distributed.algorithms.ddp_comm_hooks.default_hooks).
 DDP_HOOK_FOR_REDUCE = {"fp32": "allreduce_hook", "fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}

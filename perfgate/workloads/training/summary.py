@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from perfgate.metrics import paired_ratio
+
 MIB = 2 ** 20
 GIB = 2 ** 30
 
@@ -104,15 +106,6 @@ def summarize_job(results_per_rank: Sequence[Sequence]) -> dict[str, CaseSummary
         for res in rank_results:
             by_label.setdefault(res.label, []).append(res)
     return {label: summarize_case(rows) for label, rows in by_label.items()}
-
-
-def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> list[float]:
-    """Per-step ratios a[i] / b[i] of two equally long sample lists."""
-    if len(numerator) != len(denominator):
-        raise ValueError(f"cannot pair {len(numerator)} samples with {len(denominator)}")
-    if any(b == 0 for b in denominator):
-        raise ValueError("zero in the denominator samples")
-    return [a / b for a, b in zip(numerator, denominator)]
 
 
 def speedup(tokens_per_s_n: Sequence[float], tokens_per_s_1: Sequence[float]) -> list[float]:

@@ -1,19 +1,21 @@
-"""Collective communication engine: one timing loop, many small op specs (nccl-tests style).
+"""Collective communication worker: one timing loop, many small op specs (nccl-tests style).
 
 Each op is an :class:`OpDef` of callbacks: buffer sizes, initial data *and the expected
 result*, the bus-bandwidth factor, and the call itself. :func:`run` times every size of a
-:class:`CollectiveSpec` on every rank and returns per-size samples. Sizes follow
+:class:`CollectiveSpec` on every rank and returns that rank's raw per-size samples; the
+area's ``reduce`` (perfgate.workloads.collectives) combines the ranks. Sizes follow
 nccl-tests: ``size`` is the bytes of the largest buffer a rank sees (all_gather's output,
 reduce_scatter's input), algbw = size / time, busbw = algbw * factor(n).
 
 Timing: on CPU, perf_counter around ``iters`` back-to-back calls after a barrier; on
 GPU, CUDA events, and for small messages the ``iters`` calls are captured once in a
 CUDA graph and replayed, so Python launch overhead does not masquerade as NCCL latency.
-The time of a sample is the slowest rank's (an all-reduce of the per-rank times with MAX).
+Each rank reports its own time per sample; the time of a sample is the slowest rank's
+(taken in ``reduce``, in the parent).
 
 Correctness: after timing, every op runs once more on fresh, rank-specific data and the
 output is compared element by element with the expected result; ``wrong`` counts the
-mismatches (the test asserts it is 0).
+mismatches on this rank (``reduce`` sums them; the test asserts the sum is 0).
 
 Test-only knob: ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>`` (an integer >= 1) makes every
 timed iteration issue the collective k times, which divides bandwidth by k. It exists so
@@ -54,13 +56,14 @@ class CollectiveSpec:
 
 @dataclass
 class SizeResult:
+    """One rank's raw samples of one size."""
+
     size_bytes: int
     count: int                       # elements in the per-rank input buffer
     iters: int
-    time_us: list[float] = field(default_factory=list)
-    algbw_gbps: list[float] = field(default_factory=list)
-    busbw_gbps: list[float] = field(default_factory=list)
-    wrong: int = 0
+    bus_factor: float                # busbw = algbw * bus_factor(world size)
+    time_us: list[float] = field(default_factory=list)  # this rank's time per call, per sample
+    wrong: int = 0                   # mismatching output elements on this rank
     graph: bool = False
 
 
@@ -147,6 +150,7 @@ OP_DEFS: dict[str, OpDef] = {
 
 
 def _slowdown() -> int:
+    """The TEST-ONLY slowdown knob (see the module docstring): calls per timed iteration."""
     raw = os.environ.get(SLOWDOWN_ENV, "1")
     try:
         k = int(raw)
@@ -220,23 +224,16 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
         body()
         torch.cuda.synchronize()
     res = SizeResult(size_bytes=elems * esize if spec.op != "all_gather" else out_elems * esize,
-                     count=in_elems, iters=iters, graph=use_graph)
+                     count=in_elems, iters=iters, bus_factor=opdef.bus_factor(n), graph=use_graph)
     if spec.op in ("all_gather", "reduce_scatter", "all_to_all"):
         res.size_bytes = max(in_elems, out_elems) * esize
-    factor = opdef.bus_factor(n)
     for i in range(spec.samples):
         inp.copy_(init)
         if device.type == "cuda":
             torch.cuda.synchronize()
         dist.barrier()
         ctx.phase(f"{spec.op} {size} B sample {i}")
-        t = torch.tensor([timer(body) / iters], device=device, dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        sec = t.item()
-        algbw = res.size_bytes / sec / 1e9
-        res.time_us.append(sec * 1e6)
-        res.algbw_gbps.append(algbw)
-        res.busbw_gbps.append(algbw * factor)
+        res.time_us.append(timer(body) / iters * 1e6)
     # correctness on fresh data, outside the timed region
     ctx.phase(f"{spec.op} {size} B check")
     inp.copy_(init)
@@ -251,7 +248,7 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
 
 
 def run(spec: CollectiveSpec, ctx) -> list[dict]:
-    """Worker entry point (see perfgate.launch): per-size results as plain dicts."""
+    """Worker entry point (see perfgate.launch): this rank's raw per-size samples as plain dicts."""
     import torch
     import torch.distributed as dist
 

@@ -1,0 +1,70 @@
+"""The one session cache of workload results, shared by every perf test through the `runs` fixture.
+
+Starting ranks or a server costs seconds, so one launch measures many cases and each test
+reads its own. A test asks ``runs.get(key, produce)``; the first asker pays for ``produce()``,
+later askers read the stored result. ``runs.get_many(keys, produce, batch=...)`` does the
+same for several keys at once, and on a miss produces every missing key of ``batch`` in one
+call (one launch for a whole sweep).
+
+Re-measurement: the plugin re-runs a test whose gated metric looks like a regression. Before
+it does, it calls :meth:`RunCache.invalidate` for that test, which drops exactly the entries
+the test read, so the re-run produces fresh samples for them (and only them); tests that run
+later read the fresh entries too. No test needs to know whether it is being re-measured.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+
+
+class RunCacheError(RuntimeError):
+    """A producer did not return what the cache asked for."""
+
+
+class RunCache:
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, Any] = {}
+        self._used: dict[str, set[Hashable]] = {}
+        self._test: str | None = None
+        self.produced = 0  # calls of a producer: how many launches the session paid for
+
+    def begin(self, test_id: str | None) -> None:
+        """The plugin says which test runs now, so reads are charged to it."""
+        self._test = test_id
+
+    def _mark(self, keys: Iterable[Hashable]) -> None:
+        if self._test is not None:
+            self._used.setdefault(self._test, set()).update(keys)
+
+    def get(self, key: Hashable, produce: Callable[[], Any]) -> Any:
+        """The cached result for ``key``; ``produce()`` makes it on the first ask."""
+        self._mark([key])
+        if key not in self._entries:
+            self.produced += 1
+            self._entries[key] = produce()
+        return self._entries[key]
+
+    def get_many(self, keys: Sequence[Hashable], produce: Callable[[tuple], Mapping[Hashable, Any]],
+                 *, batch: Iterable[Hashable] = ()) -> list[Any]:
+        """Results for ``keys``, in order. On a miss, ``produce(missing)`` is called once with every
+        key of ``keys`` and ``batch`` not cached yet and must return a mapping with each of them.
+        Only ``keys`` count as read by the test (``batch`` is what is worth measuring together)."""
+        self._mark(keys)
+        missing = tuple(dict.fromkeys(k for k in (*keys, *batch) if k not in self._entries))
+        if any(k not in self._entries for k in keys):
+            self.produced += 1
+            made = produce(missing)
+            lacking = [k for k in missing if k not in made]
+            if lacking:
+                raise RunCacheError(f"producer returned no result for {lacking!r} (asked for {missing!r})")
+            self._entries.update((k, made[k]) for k in missing)
+        return [self._entries[k] for k in keys]
+
+    def used_by(self, test_id: str) -> frozenset:
+        return frozenset(self._used.get(test_id, ()))
+
+    def invalidate(self, test_id: str) -> frozenset:
+        """Drop the entries ``test_id`` read, before it is re-measured; returns their keys."""
+        keys = frozenset(self._used.pop(test_id, ()))
+        for key in keys:
+            self._entries.pop(key, None)
+        return keys
