@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import hardware, outcomes, results as results_mod, run_report as report
+from perfgate import hardware, mutations, outcomes, results as results_mod, run_report as report
 from perfgate.baseline_choice import BaselineChooser, report_notes, tolerances_id
 from perfgate.baselines import BaselineError, BaselineStore
 from perfgate.config import GATE_MODES, ConfigError, load_settings
@@ -167,6 +167,17 @@ def _check_expert_file(path: Path) -> None:
             f"the option out to use the generated fixture file") from None
 
 
+def _check_mutations(config: pytest.Config) -> None:
+    """A planted test bug (perfgate.mutations) must never become a baseline."""
+    try:
+        names = mutations.active_names()
+    except mutations.MutationError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    if names and config.getoption("--perf-refresh"):
+        raise pytest.UsageError(f"perfgate: --perf-refresh refused: {mutations.ENV}={','.join(names)} plants "
+                                f"performance bugs; unset it to refresh baselines")
+
+
 def _preflight_enabled(config: pytest.Config, hardware_id: str) -> bool:
     mode = config.getoption("--perf-preflight")
     return mode == "on" or (mode == "auto" and not hardware_id.startswith("cpu-"))
@@ -185,6 +196,7 @@ def pytest_configure(config: pytest.Config) -> None:
         state = config.stash[_STATE] = _PerfState(config)
     except (ConfigError, BaselineError, ReadError, HardwareIdError, PathError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
+    _check_mutations(config)
     if worker:
         handed = config.workerinput.get(_WORKER_KEY) or {}
         state.started_wall = handed.get("started_wall", state.started_wall)
@@ -426,10 +438,13 @@ def _signals_held():
 
 def _document(config: pytest.Config) -> dict:
     state = config.stash[_STATE]
-    return results_mod.make_document(
+    doc = results_mod.make_document(
         state.results, hardware_id=state.hardware_id, fingerprint=hardware.fingerprint(),
         commit=results_mod.git_commit(Path(config.rootpath)), attachments=state.attachments,
         interrupted=state.interrupted, skipped_by_budget=state.skipped_by_budget)
+    if mutations.active_names():
+        doc[mutations.RESULTS_KEY] = {"names": list(mutations.active_names()), "note": mutations.note()}
+    return doc
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -87,6 +87,9 @@ def test_device_probe_scaling(perf, device_probe, expert_layout):
         many.append(device_probe.round(16, block, 2 * READS_PER_ROUND))
     ratio = [m.aggregate_mbps / o.aggregate_mbps for o, m in zip(one, many)]
     perf.record("bw_16t_over_1t", ratio, unit="x", better="higher")
+    # The concurrency the 16-thread rounds reached (1-thread rounds are 1.0 by construction): a
+    # probe that stops using its threads reads ~1 here whatever the device does.
+    perf.record("reads_in_flight_16t", [m.in_flight for m in many], unit="x", better="higher")
     perf.record("aggregate_mbps_1t", [r.aggregate_mbps for r in one], unit="MB/s", better="higher")
     perf.record("aggregate_mbps_16t", [r.aggregate_mbps for r in many], unit="MB/s", better="higher")
 

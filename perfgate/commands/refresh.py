@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 
-from perfgate import interrupts, results as results_mod
+from perfgate import interrupts, mutations, results as results_mod
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
 from perfgate.run_report import fmt_number, short_id
@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
     for p, d in zip(args.results, docs):
         if d.get("interrupted"):
             raise ValueError(f"{p} comes from an interrupted run; re-run to completion before refreshing")
+        if d.get(mutations.RESULTS_KEY):
+            raise ValueError(f"{p} was measured with planted bugs ({d[mutations.RESULTS_KEY]['note']}); "
+                             f"re-run without {mutations.ENV} before refreshing")
     doc = results_mod.pool(docs, [str(p) for p in args.results])
     settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
     store = BaselineStore(settings.baselines)

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from perfgate import mutations
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 SLOWDOWN_ENV = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 
@@ -257,7 +259,7 @@ def run(spec: CollectiveSpec, ctx) -> list[dict]:
     import torch.distributed as dist
 
     opdef = OP_DEFS[spec.op]
-    slowdown = _slowdown()
+    slowdown = _slowdown() * mutations.collective_repeat()
     out = []
     for size in spec.sizes:
         out.append(vars(_measure_size(torch, dist, ctx, spec, opdef, size, slowdown)))

@@ -48,6 +48,8 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfgate import mutations
+
 INF = float("inf")
 
 
@@ -215,7 +217,8 @@ def admit_after_hits(keys: list, capacity: int, n: int = 2) -> int:
     for k in keys:
         if k in cache:
             hits += 1
-            cache.move_to_end(k)
+            if not mutations.active("cache_fifo_eviction"):
+                cache.move_to_end(k)
             continue
         seen[k] += 1
         if seen[k] >= n:

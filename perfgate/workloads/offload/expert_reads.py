@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from perfgate import mutations
+
 from .gguf_layout import ExpertLayout, ExpertSegments, Segment
 from .page_cache import DIRECT_ALIGN, PAGE, aligned_span, drop_cache, open_for_reads
 from .read_pool import Arena, PooledFile, pread_exact
@@ -87,6 +89,7 @@ class ExpertReader(PooledFile):
     seed: int = 0
     max_k: int = 8
     _pools: dict = field(default_factory=dict, repr=False)
+    last_in_flight: float = field(default=0.0, init=False)  # of the last sample(): see sample()
 
     def __post_init__(self):
         self.fd = open_for_reads(self.layout.path, direct=self.direct)
@@ -123,7 +126,7 @@ class ExpertReader(PooledFile):
             self.arena = Arena(Arena.bytes_needed(lengths))
         views = iter(self.arena.views(lengths))
         reads = [[(p.offset, next(views)) for p in pieces] for pieces in per_expert]
-        if spec.mode == "sequential":
+        if spec.mode == "sequential" or mutations.active("sequential_segments"):
             return reads
         return [[r] for chain in reads for r in chain]
 
@@ -159,15 +162,24 @@ class ExpertReader(PooledFile):
             for chain in chains:
                 for off, view in chain:
                     pread_exact(self.fd, off, view)
+            self.last_in_flight = 1.0
             return time.perf_counter() - t0
-        return self.pool(spec.pool_threads).run(self.fd, chains)
+        pool = self.pool(spec.pool_threads)
+        wall = pool.run(self.fd, chains)
+        # reads in flight, averaged over the sample: the queue depth the device saw
+        self.last_in_flight = sum(pool.chain_s) / wall if wall > 0 else 0.0
+        return wall
 
-    def interleaved(self, specs: dict[str, ReadSpec], n: int) -> dict[str, list[float]]:
-        """n samples of each spec, alternating A B C A B C... so slow drift hits all alike."""
+    def interleaved(self, specs: dict[str, ReadSpec], n: int,
+                    in_flight: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+        """n samples of each spec, alternating A B C A B C... so slow drift hits all alike.
+        ``in_flight`` (optional) collects each sample's mean number of reads in flight per spec."""
         out: dict[str, list[float]] = {name: [] for name in specs}
         for _ in range(n):
             for name, spec in specs.items():
                 out[name].append(self.sample(spec))
+                if in_flight is not None:
+                    in_flight.setdefault(name, []).append(self.last_in_flight)
         return out
 
     def bytes_of(self, spec: ReadSpec) -> int:

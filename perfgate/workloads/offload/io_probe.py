@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from perfgate import mutations
+
 from .page_cache import DIRECT_ALIGN, drop_cache, open_for_reads
 from .read_pool import Arena, PooledFile
 
@@ -46,6 +48,12 @@ class ProbeRound:
     @property
     def iops(self) -> float:
         return self.n_reads / self.wall_s
+
+    @property
+    def in_flight(self) -> float:
+        """Mean reads in flight over the round (sum of read latencies / wall): the queue depth
+        the device saw. ~1 for one thread; it can only grow if reads are really issued concurrently."""
+        return sum(self.latencies_s) / self.wall_s
 
 
 def summarize(rounds: list[ProbeRound]) -> dict:
@@ -101,6 +109,8 @@ class DeviceProbe(PooledFile):
         """Drop the cache, then n_reads random reads over `threads` threads."""
         if not 1 <= threads <= self.max_threads:
             raise ValueError(f"threads must be 1..{self.max_threads}, got {threads}")
+        if mutations.active("probe_ignores_threads"):
+            threads = 1
         length = -(-block_bytes // DIRECT_ALIGN) * DIRECT_ALIGN if self.direct else block_bytes
         offsets = random_offsets(self.rng, self.file_bytes, length, n_reads)
         # every read has its own destination, as expert slots in a pager would

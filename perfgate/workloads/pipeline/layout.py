@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfgate import mutations
+
 # Schedules each engine can run, by the names used in test ids.
 SCHEDULES: dict[str, tuple[str, ...]] = {
     "torch": ("gpipe", "1f1b", "interleaved-1f1b"),
@@ -105,6 +107,9 @@ class ParallelLayout:
         if not 0 <= chunk < self.model_chunks:
             raise ValueError(f"chunk {chunk} out of range 0..{self.model_chunks - 1}")
         per = self.num_layers // self.model_chunks
+        if self.model_chunks == 2 and mutations.active("skewed_stage_split"):
+            cut = self.num_layers * 3 // 4
+            return range(0, cut) if chunk == 0 else range(cut, self.num_layers)
         return range(chunk * per, (chunk + 1) * per)
 
     def rank_chunks(self, pp_rank: int) -> list[int]:

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from perfgate import mutations
 from perfgate.launch import process_group_alive
 
 VLLM_CLI = (
@@ -253,6 +254,8 @@ def start_server(spec: ServerSpec, progress: ProgressFn | None = None,
     port = free_port(spec.host)
     argv = [*(command or vllm_command()), "serve", spec.model, "--host", spec.host, "--port", str(port),
             "--served-model-name", spec.served_model_name, *spec.engine_args]
+    if mutations.active("serialized_batching"):
+        argv += ["--max-num-seqs", "1"]  # the last occurrence wins
     env = contained_env(work_dir, dict(spec.env))
     with open(log_path, "ab") as log:
         log.write(f"$ {shlex.join(argv)}\n".encode())

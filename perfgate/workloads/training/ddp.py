@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from perfgate import mutations
 from perfgate.workloads.training.engine import (BuiltCase, CaseResult, autocast, make_adamw,
                                                 maybe_extra_param_copy, run_cases)
 from perfgate.workloads.training.model import SyntheticTokens, build_model, get_config, loss_fn
@@ -37,7 +38,10 @@ def counting_hook(reduce_dtype_hook: str):
     @functools.wraps(inner)
     def hook(state, bucket):
         count[0] += 1
-        return inner(state, bucket)
+        fut = inner(state, bucket)
+        if mutations.active("ddp_no_overlap"):
+            fut.wait()  # planted bug: backward stalls until this bucket is reduced
+        return fut
 
     return hook, (lambda: count[0])
 
