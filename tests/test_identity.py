@@ -352,3 +352,61 @@ def test_committed_cpu_baselines_are_marked_isa_unknown():
         doc = json.loads(path.read_text())
         assert doc["hardware_id"] == root.name and "ISA" in doc["note"]
         assert hardware.hardware_id(doc["fingerprint"]) == root.name
+
+
+# ---- through the plugin ---------------------------------------------------------------------------
+
+SYNTHETIC = """
+import os, pytest
+
+def test_bw(perf):
+    k = float(os.environ.get("BW_SCALE", "1.0"))
+    perf.record("busbw_gbps", [k * x for x in (10.0, 10.1, 9.9, 10.05, 9.95, 10.02)], unit="GB/s", better="higher")
+
+def test_ratio(perf):
+    k = float(os.environ.get("RATIO_SCALE", "1.0"))
+    perf.record("parallel_over_sequential", [k * x for x in (0.60, 0.61, 0.59, 0.60, 0.62)], unit="x", better="lower")
+"""
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makepyfile(test_synth=SYNTHETIC)
+    return pytester
+
+
+def run(project, hw, *args):
+    return project.runpytest(f"--perf-hardware-id={hw}", "-p", "no:cacheprovider", *args)
+
+
+def test_plugin_fails_a_10x_recorded_only_change_through_the_guard(project, monkeypatch):
+    run(project, "cpu-Test-avx512-2c", "--perf-refresh").assert_outcomes(passed=2)
+    monkeypatch.setenv("BW_SCALE", "0.1")
+    res = run(project, "cpu-Test-avx512-2c")
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*busbw_gbps: gross change: recorded-only figure 10.0x worse*3.0x limit*"])
+
+
+def test_plugin_reports_an_isa_difference_as_not_comparable(project, monkeypatch):
+    run(project, "cpu-Test-avx512-2c", "--perf-refresh").assert_outcomes(passed=2)
+    path = project.path / "baselines" / "cpu-Test-avx512-2c" / "misc.json"  # tests outside perf/<area>/
+    doc = json.loads(path.read_text())
+    doc["fingerprint"]["cpu"]["isa"] = "otherisa"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("BW_SCALE", "0.1")
+    res = run(project, "cpu-Test-avx512-2c", "--perf-gate=all")
+    res.assert_outcomes(passed=2)  # neither a regression nor a gross change: not comparable
+    res.stdout.fnmatch_lines(["*busbw_gbps*not-comparable*",
+                              "*1 absolute metric(s) not comparable: the baseline's machine differs in "
+                              "cpu.isa: otherisa (baseline) -> *"])
+
+
+def test_plugin_keeps_gating_ratios_against_the_family_baseline(project, monkeypatch):
+    run(project, "cpu-Test-isaunknown-2c", "--perf-refresh").assert_outcomes(passed=2)
+    monkeypatch.setenv("RATIO_SCALE", "1.5")
+    res = run(project, "cpu-Test-avx2-2c")
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*parallel_over_sequential: worse by +50.0%*",
+                              "*1 ratio metric(s) judged against the baseline of cpu-Test-isaunknown-2c: "
+                              "cpu-Test-avx2-2c has none of its own*",
+                              "*1 metric(s) have no baseline for cpu-Test-avx2-2c*"])
