@@ -185,7 +185,8 @@ def test_unanswered_nvml_queries_add_nothing_to_the_id():
 def test_every_derived_id_matches_the_id_pattern():
     fps = [cpu_fp(ZEN4), cpu_fp(MILAN), cpu_fp(SPR, cores=4), cpu_fp(NEOVERSE, arch="aarch64"),
            gpu_fp([dict(H200, limit=312345, app={1: 1410, 2: 1593})]),
-           {"gpus": [], "links": [], "cpu": {"model": "Weird (TM) CPU/../x @ 3GHz", "cores": 8}}]
+           {"gpus": [], "links": [], "cpu": {"model": "Weird (TM) CPU/../x @ 3GHz", "cores": 8}},
+           {"gpus": [], "links": [], "cpu": {"model": "-A..B .C", "cores": 8}}]
     for fp in fps:
         hw = hardware.hardware_id(fp)
         assert ID_PATTERN.match(hw) and ".." not in hw, hw
@@ -410,3 +411,12 @@ def test_plugin_keeps_gating_ratios_against_the_family_baseline(project, monkeyp
                               "*1 ratio metric(s) judged against the baseline of cpu-Test-isaunknown-2c: "
                               "cpu-Test-avx2-2c has none of its own*",
                               "*1 metric(s) have no baseline for cpu-Test-avx2-2c*"])
+
+
+def test_a_truncated_family_baseline_stops_the_session_before_measuring(project):
+    folder = project.path / "baselines" / "cpu-Test-isaunknown-2c"
+    folder.mkdir(parents=True)
+    (folder / "misc.json").write_text('{"schema_version": 1, "kind": "perfgate-baseline", "entr')
+    res = run(project, "cpu-Test-avx2-2c")
+    assert res.ret != 0
+    res.stderr.fnmatch_lines(["*cpu-Test-isaunknown-2c/misc.json: not valid JSON*"])
