@@ -262,6 +262,11 @@ def test_a_26x_recorded_only_ttft_fails_through_the_guard():
     text = r.verdict["explanation"]
     assert "gross change" in text and "3.0x limit" in text and "26.0x worse" in text
     assert "torch: 2.13.0+cpu (baseline) -> 2.14.0+cpu (here)" in text
+    old_fp = {"gpus": [], "links": [], "cpu": {"model": "AMD EPYC", "cores": 2, "numa_nodes": 1, "arch": "x86_64"}}
+    r = evaluate(TID, metric("ttft_median_ours_ms", slow), entry(TTFT_BASE), settings=settings,
+                 hardware_id="cpu-AMD-EPYC-avx512-2c", diff=compare(old_fp, cpu_fp(ZEN4)))
+    assert r.gated and "not recorded with the baseline, so unchecked: cpu.vendor" in r.verdict["explanation"]
+    assert "cpu.isa" in r.verdict["explanation"]
 
 
 def test_the_guard_ignores_noise_improvements_and_tainted_runs():
