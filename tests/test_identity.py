@@ -296,6 +296,15 @@ def test_the_guard_widens_with_the_baselines_own_swing_and_configured_factors():
     assert not r.gated
 
 
+def test_calibrated_run_medians_count_as_measured_swing():
+    from perfgate import guard
+    calibrated = entry([10.0, 10.1, 9.9, 10.0], spread={"run_medians": [10.0, 10.0, 35.0]})
+    assert guard.measured_swing(calibrated) == pytest.approx(3.5)
+    assert guard.limit_for(guard.GuardSettings(), TID, "ttft_ms", calibrated)[0] == pytest.approx(7.0)
+    higher = entry([100.0, 101.0, 99.0, 50.0], unit="tok/s", better="higher")  # a slow sample: 2x worse
+    assert guard.measured_swing(higher) == pytest.approx(99.5 / 50.0)
+
+
 def test_gross_change_settings_are_read_and_checked(tmp_path):
     (tmp_path / "baselines" / "cpu-X-avx2-2c").mkdir(parents=True)
     (tmp_path / "baselines" / "cpu-X-avx2-2c" / "tolerances.toml").write_text(
