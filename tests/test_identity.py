@@ -434,3 +434,21 @@ def test_a_truncated_family_baseline_stops_the_session_before_measuring(project)
     res = run(project, "cpu-Test-avx2-2c")
     assert res.ret != 0
     res.stderr.fnmatch_lines(["*cpu-Test-isaunknown-2c/misc.json: not valid JSON*"])
+
+
+def test_refresh_says_when_the_old_numbers_came_from_another_machine(tmp_path, capsys):
+    from perfgate import cli, results as results_mod
+    from perfgate.results import MetricResult
+
+    tid = "perf/offload/test_reads.py::test_parallel"
+    write_baselines(tmp_path / "baselines", "cpu-AMD-EPYC-avx2-2c", cpu_fp(MILAN))
+    here = cpu_fp(ZEN4)  # another host CPU behind the same id (e.g. a forced --perf-hardware-id)
+    r = MetricResult(test_id=tid, area="offload", metric="read_ms", unit="ms", better="lower", tol=0.1, gated=False,
+                     summary=summarize([5.0, 5.1, 4.9]), verdict={"outcome": "new"})
+    path = tmp_path / "r.json"
+    results_mod.save(path, results_mod.make_document([r], hardware_id="cpu-AMD-EPYC-avx2-2c", fingerprint=here,
+                                                     commit="c"))
+    assert cli.main(["refresh", str(path), "--baselines", str(tmp_path / "baselines"), "--root", str(tmp_path),
+                     "--yes"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the old numbers were measured on a machine that differs in: cpu.model_number: 1 (baseline) -> 17" in out

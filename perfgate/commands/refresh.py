@@ -18,6 +18,7 @@ from rich.table import Table
 from perfgate import results as results_mod
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
+from perfgate.fingerprint_check import compare as compare_fingerprints
 from perfgate.report import _fmt, short_id
 
 
@@ -79,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
         old_sw = ((old_doc.get("fingerprint") or {}).get("software")) if old_doc else None
         if old_sw:
             console.print(f"  old software: {_software_line(old_sw)}")
+        if old_doc and old_doc.get("fingerprint"):
+            moved = compare_fingerprints(old_doc["fingerprint"], doc.get("fingerprint") or {}).relevant
+            if moved:
+                console.print(f"  [yellow]the old numbers were measured on a machine that differs in: "
+                              f"{escape('; '.join(moved))}[/]")
     console.print(f"  new software: {_software_line((doc.get('fingerprint') or {}).get('software'))}; "
                   f"commit {doc.get('commit')}, measured {doc.get('created')}")
     if not args.yes:
