@@ -350,6 +350,7 @@ def test_nearest_isa_first_unknown_last():
            "1xH200"]
     assert family_candidates("cpu-AMD-EPYC-avx512-2c", ids) == [
         "cpu-AMD-EPYC-avx2-2c", "cpu-AMD-EPYC-sse4-2c", "cpu-AMD-EPYC-isaunknown-2c"]
+    assert family_candidates("cpu-Xeon-avx512-8c", ["cpu-Xeon-8c", "cpu-Xeon-4c"]) == ["cpu-Xeon-8c"]  # an old id
     assert family_candidates("1xH200-pl500W", ["1xH200-sm1500", "1xH200", "2xH200-NV18"]) == [
         "1xH200", "1xH200-sm1500"]
 
