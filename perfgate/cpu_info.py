@@ -101,7 +101,7 @@ def model_words(model_name: str | None) -> str:
     """"AMD EPYC 7B13 64-Core Processor" -> "AMD-EPYC-7B13"; "Intel(R) Xeon(R) Platinum 8481C CPU @
     2.70GHz" -> "Intel-Xeon-Platinum": the first three words, trademarks and clock dropped."""
     words = re.sub(r"\(R\)|\(TM\)|\bCPU\b|\bProcessor\b|@.*$", " ", model_name or "").split()
-    words = [re.sub(r"[^A-Za-z0-9.]+", "-", w).strip("-.") for w in words[:3]]
+    words = [re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9.]+", "-", w)).strip("-.") for w in words[:3]]
     return "-".join(w for w in words if w) or "unknown"
 
 

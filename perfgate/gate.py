@@ -75,7 +75,7 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
     if (entry is not None and not gated and not tainted and not fallback and metric.family != "fraction"
             and verdict.outcome is not Outcome.NOT_COMPARABLE):
         tripped = guard.check(settings.gross_change, test_id, metric.name, entry, summary.median, tol=tol,
-                              context=diff.context if diff else None)
+                              context=diff.context if diff else None, unverified=diff.unverified if diff else None)
         if tripped is not None:
             verdict, gated = tripped, True
     base = baseline_view(entry) if entry else None

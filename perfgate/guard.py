@@ -100,7 +100,7 @@ def limit_for(settings: GuardSettings, test_id: str, metric: str, entry: Baselin
 
 
 def check(settings: GuardSettings, test_id: str, metric: str, entry: BaselineEntry, current_median: float,
-          *, tol: float, context: list[str] | None = None, machine_note: str = "") -> Verdict | None:
+          *, tol: float, context: list[str] | None = None, unverified: list[str] | None = None) -> Verdict | None:
     """A failing verdict when ``current_median`` is worse than the baseline by more than the limit."""
     moved = worsening_factor(entry.summary.median, current_median, entry.better)
     limit, how = limit_for(settings, test_id, metric, entry)
@@ -108,10 +108,12 @@ def check(settings: GuardSettings, test_id: str, metric: str, entry: BaselineEnt
         return None
     shown = "inf" if math.isinf(moved) else f"{moved:.1f}"
     differences = "; ".join(context or []) or "none (same hardware fields and software versions)"
+    if unverified:
+        differences += f"; not recorded with the baseline, so unchecked: {', '.join(unverified)}"
     return Verdict(
         Outcome.REGRESSION, worsening(entry.summary.median, current_median, entry.better), tol, None,
         f"gross change: recorded-only figure {shown}x worse than its baseline ({entry.summary.median:.4g} -> "
-        f"{current_median:.4g}), beyond the {limit:.1f}x limit ({how}) that no measured noise explains{machine_note}. "
+        f"{current_median:.4g}), beyond the {limit:.1f}x limit ({how}) that no measured noise explains. "
         f"Fingerprint differences: {differences}. If the machine changed, its id or fingerprint should show it; "
         f"if the change is expected, refresh the baseline; if the metric swings this much on this machine, "
         f"set [gross_change.factors] in its tolerances.toml with the reason")

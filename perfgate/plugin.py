@@ -131,12 +131,14 @@ class _PerfState:
         self.runs = RunCache()
 
     def _check_baselines(self) -> None:
-        """Read every baseline file of this hardware id now: a truncated or foreign file stops
-        the session with its path and the fix, before anything is measured or overwritten."""
-        folder = self.store.root / self.hardware_id
-        if folder.is_dir():
-            for path in sorted(folder.glob("*.json")):
-                self.store.load(self.hardware_id, path.stem)
+        """Read every baseline file of this hardware id (and of its family, whose ratios it may
+        use) now: a truncated or foreign file stops the session with its path and the fix, before
+        anything is measured or overwritten."""
+        for hw in [self.hardware_id] + self.chooser.family():
+            folder = self.store.root / hw
+            if folder.is_dir():
+                for path in sorted(folder.glob("*.json")):
+                    self.store.load(hw, path.stem)
 
     def spent_s(self) -> float:
         return time.time() - self.started_wall

@@ -185,7 +185,8 @@ def test_unanswered_nvml_queries_add_nothing_to_the_id():
 def test_every_derived_id_matches_the_id_pattern():
     fps = [cpu_fp(ZEN4), cpu_fp(MILAN), cpu_fp(SPR, cores=4), cpu_fp(NEOVERSE, arch="aarch64"),
            gpu_fp([dict(H200, limit=312345, app={1: 1410, 2: 1593})]),
-           {"gpus": [], "links": [], "cpu": {"model": "Weird (TM) CPU/../x @ 3GHz", "cores": 8}}]
+           {"gpus": [], "links": [], "cpu": {"model": "Weird (TM) CPU/../x @ 3GHz", "cores": 8}},
+           {"gpus": [], "links": [], "cpu": {"model": "-A..B .C", "cores": 8}}]
     for fp in fps:
         hw = hardware.hardware_id(fp)
         assert ID_PATTERN.match(hw) and ".." not in hw, hw
@@ -261,6 +262,11 @@ def test_a_26x_recorded_only_ttft_fails_through_the_guard():
     text = r.verdict["explanation"]
     assert "gross change" in text and "3.0x limit" in text and "26.0x worse" in text
     assert "torch: 2.13.0+cpu (baseline) -> 2.14.0+cpu (here)" in text
+    old_fp = {"gpus": [], "links": [], "cpu": {"model": "AMD EPYC", "cores": 2, "numa_nodes": 1, "arch": "x86_64"}}
+    r = evaluate(TID, metric("ttft_median_ours_ms", slow), entry(TTFT_BASE), settings=settings,
+                 hardware_id="cpu-AMD-EPYC-avx512-2c", diff=compare(old_fp, cpu_fp(ZEN4)))
+    assert r.gated and "not recorded with the baseline, so unchecked: cpu.vendor" in r.verdict["explanation"]
+    assert "cpu.isa" in r.verdict["explanation"]
 
 
 def test_the_guard_ignores_noise_improvements_and_tainted_runs():
@@ -288,6 +294,15 @@ def test_the_guard_widens_with_the_baselines_own_swing_and_configured_factors():
     settings.gross_change.factors["perf/serving/*@ttft_ms"] = 40.0
     r = evaluate(TID, metric("ttft_ms", [170.0] * 5), entry(swinging), settings=settings, hardware_id=hw)
     assert not r.gated
+
+
+def test_calibrated_run_medians_count_as_measured_swing():
+    from perfgate import guard
+    calibrated = entry([10.0, 10.1, 9.9, 10.0], spread={"run_medians": [10.0, 10.0, 35.0]})
+    assert guard.measured_swing(calibrated) == pytest.approx(3.5)
+    assert guard.limit_for(guard.GuardSettings(), TID, "ttft_ms", calibrated)[0] == pytest.approx(7.0)
+    higher = entry([100.0, 101.0, 99.0, 50.0], unit="tok/s", better="higher")  # a slow sample: 2x worse
+    assert guard.measured_swing(higher) == pytest.approx(99.5 / 50.0)
 
 
 def test_gross_change_settings_are_read_and_checked(tmp_path):
@@ -335,6 +350,7 @@ def test_nearest_isa_first_unknown_last():
            "1xH200"]
     assert family_candidates("cpu-AMD-EPYC-avx512-2c", ids) == [
         "cpu-AMD-EPYC-avx2-2c", "cpu-AMD-EPYC-sse4-2c", "cpu-AMD-EPYC-isaunknown-2c"]
+    assert family_candidates("cpu-Xeon-avx512-8c", ["cpu-Xeon-8c", "cpu-Xeon-4c"]) == ["cpu-Xeon-8c"]  # an old id
     assert family_candidates("1xH200-pl500W", ["1xH200-sm1500", "1xH200", "2xH200-NV18"]) == [
         "1xH200", "1xH200-sm1500"]
 
@@ -352,3 +368,88 @@ def test_committed_cpu_baselines_are_marked_isa_unknown():
         doc = json.loads(path.read_text())
         assert doc["hardware_id"] == root.name and "ISA" in doc["note"]
         assert hardware.hardware_id(doc["fingerprint"]) == root.name
+
+
+# ---- through the plugin ---------------------------------------------------------------------------
+
+SYNTHETIC = """
+import os, pytest
+
+def test_bw(perf):
+    k = float(os.environ.get("BW_SCALE", "1.0"))
+    perf.record("busbw_gbps", [k * x for x in (10.0, 10.1, 9.9, 10.05, 9.95, 10.02)], unit="GB/s", better="higher")
+
+def test_ratio(perf):
+    k = float(os.environ.get("RATIO_SCALE", "1.0"))
+    perf.record("parallel_over_sequential", [k * x for x in (0.60, 0.61, 0.59, 0.60, 0.62)], unit="x", better="lower")
+"""
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makepyfile(test_synth=SYNTHETIC)
+    return pytester
+
+
+def run(project, hw, *args):
+    return project.runpytest(f"--perf-hardware-id={hw}", "-p", "no:cacheprovider", *args)
+
+
+def test_plugin_fails_a_10x_recorded_only_change_through_the_guard(project, monkeypatch):
+    run(project, "cpu-Test-avx512-2c", "--perf-refresh").assert_outcomes(passed=2)
+    monkeypatch.setenv("BW_SCALE", "0.1")
+    res = run(project, "cpu-Test-avx512-2c")
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*busbw_gbps: gross change: recorded-only figure 10.0x worse*3.0x limit*"])
+
+
+def test_plugin_reports_an_isa_difference_as_not_comparable(project, monkeypatch):
+    run(project, "cpu-Test-avx512-2c", "--perf-refresh").assert_outcomes(passed=2)
+    path = project.path / "baselines" / "cpu-Test-avx512-2c" / "misc.json"  # tests outside perf/<area>/
+    doc = json.loads(path.read_text())
+    doc["fingerprint"]["cpu"]["isa"] = "otherisa"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("BW_SCALE", "0.1")
+    res = run(project, "cpu-Test-avx512-2c", "--perf-gate=all")
+    res.assert_outcomes(passed=2)  # neither a regression nor a gross change: not comparable
+    res.stdout.fnmatch_lines(["*busbw_gbps*not-comparable*",
+                              "*1 absolute metric(s) not comparable: the baseline's machine differs in "
+                              "cpu.isa: otherisa (baseline) -> *"])
+
+
+def test_plugin_keeps_gating_ratios_against_the_family_baseline(project, monkeypatch):
+    run(project, "cpu-Test-isaunknown-2c", "--perf-refresh").assert_outcomes(passed=2)
+    monkeypatch.setenv("RATIO_SCALE", "1.5")
+    res = run(project, "cpu-Test-avx2-2c")
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*parallel_over_sequential: worse by +50.0%*",
+                              "*1 ratio metric(s) judged against the baseline of cpu-Test-isaunknown-2c: "
+                              "cpu-Test-avx2-2c has none of its own*",
+                              "*1 metric(s) have no baseline for cpu-Test-avx2-2c*"])
+
+
+def test_a_truncated_family_baseline_stops_the_session_before_measuring(project):
+    folder = project.path / "baselines" / "cpu-Test-isaunknown-2c"
+    folder.mkdir(parents=True)
+    (folder / "misc.json").write_text('{"schema_version": 1, "kind": "perfgate-baseline", "entr')
+    res = run(project, "cpu-Test-avx2-2c")
+    assert res.ret != 0
+    res.stderr.fnmatch_lines(["*cpu-Test-isaunknown-2c/misc.json: not valid JSON*"])
+
+
+def test_refresh_says_when_the_old_numbers_came_from_another_machine(tmp_path, capsys):
+    from perfgate import cli, results as results_mod
+    from perfgate.results import MetricResult
+
+    tid = "perf/offload/test_reads.py::test_parallel"
+    write_baselines(tmp_path / "baselines", "cpu-AMD-EPYC-avx2-2c", cpu_fp(MILAN))
+    here = cpu_fp(ZEN4)  # another host CPU behind the same id (e.g. a forced --perf-hardware-id)
+    r = MetricResult(test_id=tid, area="offload", metric="read_ms", unit="ms", better="lower", tol=0.1, gated=False,
+                     summary=summarize([5.0, 5.1, 4.9]), verdict={"outcome": "new"})
+    path = tmp_path / "r.json"
+    results_mod.save(path, results_mod.make_document([r], hardware_id="cpu-AMD-EPYC-avx2-2c", fingerprint=here,
+                                                     commit="c"))
+    assert cli.main(["refresh", str(path), "--baselines", str(tmp_path / "baselines"), "--root", str(tmp_path),
+                     "--yes"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the old numbers were measured on a machine that differs in: cpu.model_number: 1 (baseline) -> 17" in out

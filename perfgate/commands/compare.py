@@ -5,8 +5,10 @@ import argparse
 from pathlib import Path
 
 from perfgate import interrupts, results as results_mod, run_report
+from perfgate.baseline_choice import report_notes, tolerances_id
 from perfgate.baselines import BaselineEntry
 from perfgate.config import load_settings
+from perfgate.fingerprint_check import compare as compare_fingerprints
 from perfgate.gate import evaluate
 from perfgate.metrics import Metric
 from perfgate.textable import stdout_width, wrap_words
@@ -35,9 +37,12 @@ def run(args: argparse.Namespace) -> int:
                          f"{a['hardware_id']!r}: numbers from different machines are not comparable; pass "
                          f"--allow-hardware-mismatch to compare anyway")
     settings = load_settings(args.root, hardware_id=b["hardware_id"])
+    if tolerances_id(settings.baselines, b["hardware_id"]) != b["hardware_id"]:  # this id's file, else its family's
+        settings = load_settings(args.root, hardware_id=tolerances_id(settings.baselines, b["hardware_id"]))
     if args.gate:
         settings.gate = args.gate
     ref = {(r.test_id, r.metric): r for r in results_mod.metric_results(a)}
+    diff = compare_fingerprints(a.get("fingerprint"), b.get("fingerprint") or {})
     out = []
     for r in results_mod.metric_results(b):
         base = ref.get((r.test_id, r.metric))
@@ -47,14 +52,16 @@ def run(args: argparse.Namespace) -> int:
                                   provenance=f"results file {args.baseline}", when=a.get("created"),
                                   commit=a.get("commit"), software=(a.get("fingerprint") or {}).get("software"))
         metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, tol=r.tol)
-        out.append(evaluate(r.test_id, metric, entry, settings=settings, hardware_id=b["hardware_id"]))
+        out.append(evaluate(r.test_id, metric, entry, settings=settings, hardware_id=b["hardware_id"], diff=diff,
+                            baseline_id=a["hardware_id"]))
     software = (b.get("fingerprint") or {}).get("software")
     width = stdout_width()
     for line in wrap_words(f"perfgate compare: {args.current} vs {args.baseline} ({b['hardware_id']})", width, "    "):
         print(line)
     for line in run_report.terminal_lines(out, hardware_id=b["hardware_id"], width=width, table=args.table,
                                           full_table_at=str(args.markdown) if args.markdown else None,
-                                          all_option="--table all", current_software=software):
+                                          all_option="--table all", current_software=software,
+                                          notes=report_notes(out, b["hardware_id"])):
         print(line.text)
     failing = [r for r in out if r.gated and fails(Outcome(r.outcome), strict=args.strict)]
     if args.strict:

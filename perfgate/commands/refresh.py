@@ -15,6 +15,7 @@ from pathlib import Path
 from perfgate import interrupts, mutations, results as results_mod
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
+from perfgate.fingerprint_check import compare as compare_fingerprints
 from perfgate.run_report import fmt_number, short_id
 from perfgate.textable import Column, render, stdout_width, wrap_words
 
@@ -100,6 +101,10 @@ def run(args: argparse.Namespace) -> int:
         old_sw = ((old_doc.get("fingerprint") or {}).get("software")) if old_doc else None
         if old_sw:
             say(f"  old software: {_software_line(old_sw)}")
+        if old_doc and old_doc.get("fingerprint"):
+            moved = compare_fingerprints(old_doc["fingerprint"], doc.get("fingerprint") or {}).relevant
+            if moved:
+                say(f"  the old numbers were measured on a machine that differs in: {'; '.join(moved)}")
     say(f"  new software: {_software_line((doc.get('fingerprint') or {}).get('software'))}; "
         f"commit {doc.get('commit')}, measured {doc.get('created')}")
     if not args.yes:
