@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfgate.metrics import paired_ratio
 from perfgate.workloads.offload.decode_model import DecodeModel
 from perfgate.workloads.offload.expert_reads import ReadSpec
 
@@ -45,7 +46,7 @@ def test_predicted_decode(perf, expert_file, expert_layout, expert_reader):
     seq = [m.tok_per_s() for m in models["sequential"]]
     perf.record("predicted_tok_s_parallel", par, unit="tok/s", better="higher")
     perf.record("predicted_tok_s_sequential", seq, unit="tok/s", better="higher")
-    perf.record("predicted_speedup_parallel_over_sequential", [p / s for p, s in zip(par, seq)],
+    perf.record("predicted_speedup_parallel_over_sequential", paired_ratio(par, seq),
                 unit="x", better="higher")
     perf.record("layer_io_ms_parallel", [m.expected_layer_io_s() * 1e3 for m in models["parallel"]],
                 unit="ms", better="lower")

@@ -14,7 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from perfgate.workloads.offload.io_probe import DEFAULT_THREADS, rounds_as_json, summarize
+from perfgate.metrics import paired_ratio
+from perfgate.workloads.offload.io_probe import DEFAULT_THREADS, rounds_as_json, summarize_rounds
 from perfgate.workloads.offload.page_cache import drop_cache, open_for_reads, resident_fraction
 from perfgate.workloads.offload.read_pool import Arena, pread_exact
 
@@ -25,7 +26,7 @@ READS_PER_ROUND = 64
 
 
 def _per_round(rounds, key):
-    return [summarize([r])[key] for r in rounds]
+    return [summarize_rounds([r])[key] for r in rounds]
 
 
 def test_page_cache_drop_reaches_device(perf, expert_file, expert_layout, cache_drop):
@@ -74,7 +75,7 @@ def test_device_probe(perf, device_probe, expert_layout, threads):
     perf.record("read_p90_ms", _per_round(rounds, "p90_ms"), unit="ms", better="lower")
     perf.record("read_p99_ms", _per_round(rounds, "p99_ms"), unit="ms", better="lower")
     perf.record("aggregate_mbps", _per_round(rounds, "aggregate_mbps"), unit="MB/s", better="higher")
-    perf.attach("summary", summarize(rounds))
+    perf.attach("summary", summarize_rounds(rounds))
     perf.attach("rounds", rounds_as_json(rounds))
 
 
@@ -85,7 +86,7 @@ def test_device_probe_scaling(perf, device_probe, expert_layout):
     for _ in range(9):
         one.append(device_probe.round(1, block, 2 * READS_PER_ROUND))
         many.append(device_probe.round(16, block, 2 * READS_PER_ROUND))
-    ratio = [m.aggregate_mbps / o.aggregate_mbps for o, m in zip(one, many)]
+    ratio = paired_ratio([m.aggregate_mbps for m in many], [o.aggregate_mbps for o in one])
     perf.record("bw_16t_over_1t", ratio, unit="x", better="higher")
     perf.record("aggregate_mbps_1t", [r.aggregate_mbps for r in one], unit="MB/s", better="higher")
     perf.record("aggregate_mbps_16t", [r.aggregate_mbps for r in many], unit="MB/s", better="higher")
@@ -98,4 +99,4 @@ def test_small_read_probe(perf, device_probe, threads):
     perf.record("read_median_us", [x * 1e3 for x in _per_round(rounds, "median_ms")], unit="us", better="lower")
     perf.record("read_p99_us", [x * 1e3 for x in _per_round(rounds, "p99_ms")], unit="us", better="lower")
     perf.record("iops", _per_round(rounds, "iops"), unit="IOPS", better="higher")
-    perf.attach("summary", summarize(rounds))
+    perf.attach("summary", summarize_rounds(rounds))

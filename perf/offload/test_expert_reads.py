@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfgate.metrics import paired_ratio
 from perfgate.workloads.offload.expert_reads import ReadSpec, read_expert_bytes
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
@@ -45,7 +46,7 @@ def _assert_reads_deliver_the_file(reader, specs: dict[str, ReadSpec]) -> None:
 
 
 def _ratio(rounds_a, rounds_b) -> list[float]:
-    return [float(np.median(a) / np.median(b)) for a, b in zip(rounds_a, rounds_b)]
+    return paired_ratio([float(np.median(a)) for a in rounds_a], [float(np.median(b)) for b in rounds_b])
 
 
 def _flat_ms(rounds) -> list[float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfgate.metrics import paired_ratio
 from perfgate.workloads.offload.fio import fio_path, fio_version, run_fio
 from perfgate.workloads.offload.io_probe import stream
 from perfgate.workloads.offload.page_cache import direct_io_supported
@@ -38,7 +39,7 @@ def test_fio_crosscheck(perf, expert_file, expert_layout, cache_drop, threads):
                 ours.append(stream(path, block, threads, RUN_S, direct=True, seed=i)["mbps"])
             else:
                 fio.append(run_fio(path, block, threads, RUN_S, direct=True)["mbps"])
-    ratios = [o / f for o, f in zip(ours, fio)]
+    ratios = paired_ratio(ours, fio)
     perf.record("ours_over_fio", ratios, unit="x", better="higher")
     perf.record("ours_mbps", ours, unit="MB/s", better="higher")
     perf.record("fio_mbps", fio, unit="MB/s", better="higher")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from perfgate.workloads.serving.loadgen import run_load, shared_prefix_requests
-from perfgate.workloads.serving.server_metrics import PrefixCacheCounters
+from perfgate.workloads.serving.prometheus_counters import PrefixCacheCounters
 from perfgate.workloads.serving.serving_metrics import summarize
 
 
