@@ -58,3 +58,19 @@ def test_unstarved_runs_re_runs_starved_ones_up_to_a_limit():
     kept, every = unstarved_runs(lambda i: 0.0, starved, wanted=1, extra=2)
     assert kept == [] and len(every) == 3
     assert starved(3.0, STARVED_MS) and not starved(3.0, 0.2)
+
+
+def test_pipeline_reduce_splits_specs_and_combines_ranks():
+    class Spec:
+        pp, virtual_stages, tokens_per_microbatch, schedule = 2, 1, 10, "gpipe"
+
+    def rank(busy, params):
+        return {"chunk_params": {"0": params},
+                "runs": [{"m": 4, "busy_s": busy, "sched_s": [1.0, 1.0], "step_s": [1.0, 2.0], "loss": [1.0, 1.0],
+                          "p2p_s": [0.1, 0.2]}]}
+
+    run, = pipeline.reduce([[rank([0.5, 0.5], 100)], [rank([0.7, 0.3], 300)]], [Spec])
+    assert run.spec is Spec and run.stage_params == [100, 300] and run.param_imbalance == 3.0
+    assert run.series[4].bubble == pytest.approx([0.4, 0.6])
+    assert run.series[4].tokens_per_s == pytest.approx([40.0, 20.0])  # slowest rank's step: 1 s, 2 s
+    assert run.by_rank(4, "p2p_s") == [[0.1, 0.2], [0.1, 0.2]]

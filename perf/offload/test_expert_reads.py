@@ -8,27 +8,25 @@ Absolute latencies and MB/s are recorded beside it.
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from perfgate.metrics import paired_ratio
+from perfgate.workloads import offload
 from perfgate.workloads.offload.expert_reads import ReadSpec, read_expert_bytes
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
-ROUNDS = 9
-K = 8  # experts per token in the seed model (Qwen3 35B-A3B); a user's file may say otherwise
+P = offload.SSD
 
 
 def _k(layout) -> int:
-    return layout.expert_used_count or K
+    return layout.expert_used_count or P.k  # a user's file may say otherwise
 
 
 def _rounds(reader, specs: dict[str, ReadSpec], per_round: int) -> dict[str, list[list[float]]]:
-    """ROUNDS x per_round samples of each spec, interleaved; seconds."""
+    """read_rounds x per_round samples of each spec, interleaved; seconds."""
     out: dict[str, list[list[float]]] = {name: [] for name in specs}
     reader.sample(next(iter(specs.values())))  # warm the pools and the arena
-    for _ in range(ROUNDS):
+    for _ in range(P.read_rounds):
         got = reader.interleaved(specs, per_round)
         for name in specs:
             out[name].append(got[name])
@@ -43,10 +41,6 @@ def _assert_reads_deliver_the_file(reader, specs: dict[str, ReadSpec]) -> None:
         for ex, got in zip(experts, reader.delivered(experts, spec)):
             assert got == read_expert_bytes(reader.layout.path, ex), \
                 f"{name} ({spec.label}) delivered wrong bytes for layer {ex.layer} expert {ex.expert}"
-
-
-def _ratio(rounds_a, rounds_b) -> list[float]:
-    return paired_ratio([float(np.median(a)) for a in rounds_a], [float(np.median(b)) for b in rounds_b])
 
 
 def _flat_ms(rounds) -> list[float]:
@@ -65,7 +59,7 @@ def test_expert_read(perf, request, io):
     got = _rounds(reader, specs, per_round=11)
     _assert_reads_deliver_the_file(reader, specs)
     nbytes = reader.bytes_of(specs["parallel"])
-    perf.record("parallel_over_sequential", _ratio(got["parallel"], got["sequential"]), unit="x", better="lower")
+    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x", better="lower")
     perf.record("expert_sequential_ms", _flat_ms(got["sequential"]), unit="ms", better="lower")
     perf.record("expert_parallel_ms", _flat_ms(got["parallel"]), unit="ms", better="lower")
     perf.record("expert_parallel_mbps", [nbytes / x / 1e6 for r in got["parallel"] for x in r],
@@ -74,10 +68,10 @@ def test_expert_read(perf, request, io):
     perf.attach("expert_bytes", nbytes)
 
 
-LAYER_CASES = [("buffered", t) for t in (8, 16, 24, 32)] + [("direct", 24)]
+LAYER_CASES = [pytest.param(*c.values, id=c.id) for c in offload.cases(P)]
 
 
-@pytest.mark.parametrize("io, threads", LAYER_CASES, ids=[f"{io}-{t}threads" for io, t in LAYER_CASES])
+@pytest.mark.parametrize("io, threads", LAYER_CASES)
 def test_layer_read(perf, request, expert_layout, io, threads):
     """k missed experts of one layer: k threads x 3 sequential segments vs 3k reads on `threads` threads."""
     reader = _reader(request, io)
@@ -87,7 +81,7 @@ def test_layer_read(perf, request, expert_layout, io, threads):
     got = _rounds(reader, specs, per_round=7)
     _assert_reads_deliver_the_file(reader, specs)
     nbytes = reader.bytes_of(specs["parallel"])
-    perf.record("parallel_over_sequential", _ratio(got["parallel"], got["sequential"]), unit="x", better="lower")
+    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x", better="lower")
     perf.record("layer_sequential_ms", _flat_ms(got["sequential"]), unit="ms", better="lower")
     perf.record("layer_parallel_ms", _flat_ms(got["parallel"]), unit="ms", better="lower")
     perf.record("layer_parallel_mbps", [nbytes / x / 1e6 for r in got["parallel"] for x in r],
@@ -96,7 +90,7 @@ def test_layer_read(perf, request, expert_layout, io, threads):
     perf.attach("spec", {"k": k, "threads": threads, "io": io, "layer_bytes": nbytes})
 
 
-@pytest.mark.parametrize("split", [2, 4], ids=["2chunks", "4chunks"])
+@pytest.mark.parametrize("split", P.split_chunks, ids=[f"{n}chunks" for n in P.split_chunks])
 def test_split_read(perf, expert_reader, expert_layout, split):
     """Each segment in `split` chunks (the seed's SDQ_IO_SPLIT, a negative result there) vs whole segments."""
     k = _k(expert_layout)
@@ -105,7 +99,7 @@ def test_split_read(perf, expert_reader, expert_layout, split):
              "split": ReadSpec("parallel", k=k, threads=threads, split=split)}
     got = _rounds(expert_reader, specs, per_round=7)
     _assert_reads_deliver_the_file(expert_reader, specs)
-    perf.record("split_over_whole", _ratio(got["split"], got["whole"]), unit="x", better="lower")
+    perf.record("split_over_whole", offload.reduce(got["split"], got["whole"]), unit="x", better="lower")
     perf.record("layer_whole_ms", _flat_ms(got["whole"]), unit="ms", better="lower")
     perf.record("layer_split_ms", _flat_ms(got["split"]), unit="ms", better="lower")
     perf.attach("samples_s", got)

@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 
 from perfgate.metrics import paired_ratio
+from perfgate.workloads.offload import SSD
 from perfgate.workloads.offload.fio import fio_path, fio_version, run_fio
 from perfgate.workloads.offload.io_probe import stream
 from perfgate.workloads.offload.page_cache import direct_io_supported
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
-PAIRS = 10
-RUN_S = 0.5
+PAIRS = SSD.fio_pairs
+RUN_S = SSD.fio_run_s
 TARGET = 0.10
 SANITY = 0.25
 
