@@ -189,7 +189,8 @@ def measure(runs, profile: Profile, schedule: str, pp: int) -> PipelineRun:
         return ("pipeline", profile.name, s, pp)
 
     def produce(missing):
-        specs = tuple(profile.spec(k[2], pp) for k in missing)  # validated before any rank starts
+        # In the profile's order, whichever was asked first; validated before any rank starts.
+        specs = tuple(profile.spec(s, pp) for s in profile.schedules if key(s) in missing)
         env = {"OMP_NUM_THREADS": "1"} if profile.backend == "gloo" else None
         per_rank = launch(TARGETS[profile.engine], specs, world_size=pp, backend=profile.backend, timeout_s=900,
                           env=env)
