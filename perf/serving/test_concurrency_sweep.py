@@ -12,7 +12,9 @@ import statistics
 import pytest
 
 from perfgate.workloads.serving.loadgen import random_requests, run_load
+from perfgate.metrics import paired_ratio
 from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.starvation import starved
 
 LEVELS = (1, 2, 4, 8, 16, 32)
 
@@ -45,13 +47,13 @@ def test_concurrency_sweep(perf, vllm_dense, record_latency, concurrency):
     perf.record("total_tok_s", [s.total_token_throughput_tok_s for s in at_c], unit="tok/s", better="higher")
     record_latency(perf, at_c)
     if at_1:
-        perf.record("output_tok_s_vs_c1", [c.output_throughput_tok_s / r.output_throughput_tok_s
-                                           for c, r in zip(at_c, at_1)], unit="x", better="higher")
-        # TPOT is ~0 when a starved client reads a whole answer at once (overloaded machine):
-        # such repetitions carry no TPOT information and are left out of the ratio. No vLLM
-        # step takes under 0.1 ms, so a median below that is starvation, not speed.
-        tpot = [c.tpot_ms.median / r.tpot_ms.median for c, r in zip(at_c, at_1)
-                if r.tpot_ms.median > 0.1 and c.tpot_ms.median > 0.1]
+        perf.record("output_tok_s_vs_c1", paired_ratio([s.output_throughput_tok_s for s in at_c],
+                                                       [s.output_throughput_tok_s for s in at_1]),
+                    unit="x", better="higher")
+        # Repetitions with a starved client (TPOT ~0: a whole answer in one read) carry no TPOT
+        # information and are left out of the ratio.
+        pairs = [(c, r) for c, r in zip(at_c, at_1) if not starved(c.tpot_ms.median, r.tpot_ms.median)]
+        tpot = paired_ratio([c.tpot_ms.median for c, _ in pairs], [r.tpot_ms.median for _, r in pairs])
         if tpot:
             perf.record("tpot_vs_c1", tpot, unit="x", better="lower")
     perf.attach("requests", raw)
