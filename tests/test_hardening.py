@@ -551,13 +551,31 @@ def _refresh_project(tmp_path: Path, areas=("collectives",)) -> tuple[Path, Path
     return store.root, new
 
 
-@pytest.mark.parametrize("delay_s", [0.3, 0.7])
+def _perfgate_started(proc: subprocess.Popen, timeout_s: float = 30) -> None:
+    """Wait until perfgate/cli.py's first statements ran: SIGTERM shows up among the caught signals
+    (/proc/PID/status SigCgt). Before that the interpreter is still starting (site, .pth files),
+    which no code of perfgate can cover."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+        except OSError:
+            break
+        caught = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")), 16)
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.002)
+    raise AssertionError("perfgate did not start")
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.3, 0.7])
 def test_sigint_while_perfgate_starts_says_nothing_was_written(tmp_path, delay_s):
     # The issue: SIGINT in the first ~1.5 s (imports in build_parser) printed a 40-57 line traceback.
     root, new = _refresh_project(tmp_path)
     before = snapshot(root)
     proc = subprocess.Popen([sys.executable, "-m", "perfgate.cli", "refresh", str(new), "--yes", "--root",
                              str(tmp_path)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _perfgate_started(proc)
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -574,7 +592,7 @@ def test_sigterm_while_perfgate_starts(tmp_path):
     before = snapshot(root)
     proc = subprocess.Popen([sys.executable, "-m", "perfgate.cli", "refresh", str(new), "--yes", "--root",
                              str(tmp_path)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)
+    _perfgate_started(proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM, (out, err)
