@@ -142,6 +142,21 @@ def test_store_refuses_ids_areas_and_links_that_leave_the_root(tmp_path):
     assert list(elsewhere.iterdir()) == []
 
 
+@pytest.mark.parametrize("suffix", [".lock", ".prev"])
+def test_store_does_not_write_through_a_planted_link(tmp_path, suffix):
+    # a committed symlink `collectives.json.lock -> ~/.bashrc` (truncated by older filelocks' O_TRUNC) or
+    # `.prev -> somewhere` (written through by copy2): both are refused in one line, the target untouched
+    store = BaselineStore(tmp_path / "baselines")
+    path = store.write(HW, "collectives", {"t": {"m": entry()}})
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    Path(str(path) + suffix).unlink(missing_ok=True)
+    Path(str(path) + suffix).symlink_to(target)
+    with pytest.raises(PathError, match=f"{'lock' if suffix == '.lock' else 'backup'} file: .*outside the baselines root"):
+        store.write(HW, "collectives", {"t": {"m": entry(2.0)}})
+    assert target.read_text() == "keep me\n"
+
+
 def test_store_lists_only_folders_that_can_be_ids(tmp_path):
     store = BaselineStore(tmp_path)
     store.write(HW, "a", {"t": {"m": entry()}})
