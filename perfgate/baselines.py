@@ -128,7 +128,10 @@ class BaselineStore:
     def locked(self, hardware_id: str, area: str) -> Iterator[Path]:
         path = self.path(hardware_id, area)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock", timeout=120):
+        # older filelock releases open the lock with O_TRUNC (3.32 refuses links with a bare ELOOP): a link
+        # planted in its place must neither truncate its target nor fail without saying why
+        lock = inside_root(self.root, Path(str(path) + ".lock"), what="lock file")
+        with FileLock(str(lock), timeout=120):
             self._cache.pop(path, None)
             yield path
             self._cache.pop(path, None)
@@ -144,8 +147,8 @@ class BaselineStore:
             doc = {"schema_version": SCHEMA_VERSION, "kind": KIND, "hardware_id": hardware_id, "area": area,
                    "updated": now_iso(), "fingerprint": fingerprint or old.get("fingerprint"),
                    "entries": dict(sorted(merged.items()))}
-            if path.exists():
-                shutil.copy2(path, str(path) + ".prev")
+            if path.exists():  # copy2 writes through a link: the backup must stay inside the root too
+                shutil.copy2(path, inside_root(self.root, Path(str(path) + ".prev"), what="backup file"))
             write_json_atomic(path, doc)
             self._cache.pop(path, None)
             return path

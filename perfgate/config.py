@@ -69,7 +69,7 @@ def _number(value, where: str) -> float:
 
 
 def _read_toml(path: Path) -> dict:
-    return read_toml(path, fix="fix the syntax", error=ConfigError)
+    return read_toml(path, fix="fix the syntax (UTF-8 TOML)", error=ConfigError)
 
 
 def _table(value, where: str) -> dict:

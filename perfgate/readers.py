@@ -146,9 +146,10 @@ def check_summary(c: Checker, value: Any, key: str) -> None:
     samples = c.numbers(s.get("samples"), f"{key}.samples")
     if not samples:
         c.fail(f"{key}.samples", "must hold at least one measurement, got []")
-    for name in ("mad", "iqr", "min", "max", "mean"):
-        c.number(s.get(name), f"{key}.{name}", optional=True)
-    if s.get("n") is not None:
+    for name in ("mad", "iqr", "min", "max", "mean"):  # optional, but not null: readers default only when absent
+        if name in s:
+            c.number(s[name], f"{key}.{name}")
+    if "n" in s:
         c.integer(s["n"], f"{key}.n", minimum=0)
 
 
@@ -158,7 +159,9 @@ def check_baseline_entry(c: Checker, value: Any, key: str) -> None:
     c.string(e.get("better"), f"{key}.better")
     check_summary(c, e.get("summary"), f"{key}.summary")
     c.number(e.get("tol"), f"{key}.tol", optional=True, minimum=0)
-    for name in ("provenance", "when", "commit", "source"):
+    if "provenance" in e:
+        c.string(e["provenance"], f"{key}.provenance")
+    for name in ("when", "commit", "source"):
         c.string(e.get(name), f"{key}.{name}", optional=True)
     for name in ("software", "spread"):
         c.table(e.get(name), f"{key}.{name}", optional=True)
@@ -178,8 +181,9 @@ def check_result_entry(c: Checker, value: Any, key: str) -> None:
 
     r = c.table(value, key)
     c.string(r.get("test_id"), f"{key}.test_id")
+    area = c.string(r.get("area"), f"{key}.area")
     try:  # the area names a baseline file: one safe path component
-        check_area(r.get("area"), source=f"{c.path}: {key}.area")
+        check_area(area, source=f"{c.path}: {key}.area")
     except ValueError as exc:
         raise c.error(f"{exc}; {c.fix}") from None
     c.string(r.get("metric"), f"{key}.metric")
@@ -195,9 +199,10 @@ def check_result_entry(c: Checker, value: Any, key: str) -> None:
     baseline = c.table(r.get("baseline"), f"{key}.baseline", optional=True)
     c.number(baseline.get("median"), f"{key}.baseline.median", optional=True)
     c.string(baseline.get("provenance"), f"{key}.baseline.provenance", optional=True)
-    if r.get("attempts") is not None:
+    if "attempts" in r:
         c.integer(r["attempts"], f"{key}.attempts", minimum=1)
-    c.string(r.get("rerun"), f"{key}.rerun", optional=True)
+    if "rerun" in r:
+        c.string(r["rerun"], f"{key}.rerun")
     c.strings(r.get("tainted"), f"{key}.tainted", optional=True)
 
 
