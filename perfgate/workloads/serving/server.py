@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from perfgate.launch import process_group_alive
+from perfgate.launch_core import process_group_alive
 
 VLLM_CLI = (
     "import importlib.metadata as m, sys\n"
