@@ -17,7 +17,8 @@ from perfgate.results import MetricResult
 _STYLE = {"pass": "green", "regression": "bold red", "noisy": "yellow", "improved": "cyan", "new": "blue"}
 
 
-def _fmt(x: float | None) -> str:
+def fmt_value(x: float | None) -> str:
+    """A number for a table cell, its decimals chosen by its magnitude; None is "-"."""
     if x is None:
         return "-"
     ax = abs(x)
@@ -65,7 +66,7 @@ def table(results: Iterable[MetricResult], title: str) -> Table:
         base = r.baseline["median"] if r.baseline else None
         tol = f"{r.tol:.3f}" if r.unit == "fraction" else f"{r.tol * 100:.0f}%"
         style = _STYLE.get(r.outcome, "") if (r.gated or r.outcome in ("pass", "new", "improved")) else "dim"
-        t.add_row(escape(short_id(r.test_id)), r.metric, _fmt(base), _fmt(r.summary.median), r.unit, change_text(r), tol,
+        t.add_row(escape(short_id(r.test_id)), r.metric, fmt_value(base), fmt_value(r.summary.median), r.unit, change_text(r), tol,
                   f"[{style}]{escape(outcome_text(r))}[/]" if style else escape(outcome_text(r)))
     return t
 
@@ -90,8 +91,8 @@ def regression_line(r: MetricResult, current_software: dict | None) -> str:
     if b.get("source"):
         where += f", {b['source']}"
     return (f"{r.test_id} {r.metric}: {r.verdict.get('explanation')}. "
-            f"baseline {_fmt(b.get('median'))} {r.unit} ({where}; {_software(b.get('software'))}) "
-            f"vs current {_fmt(r.summary.median)} {r.unit} ({_software(current_software)}). "
+            f"baseline {fmt_value(b.get('median'))} {r.unit} ({where}; {_software(b.get('software'))}) "
+            f"vs current {fmt_value(r.summary.median)} {r.unit} ({_software(current_software)}). "
             f"Re-run: {r.rerun}")
 
 
@@ -113,6 +114,6 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
               "|---|---|---:|---:|---|---:|---|"]
     for r in results:
         base = r.baseline["median"] if r.baseline else None
-        lines.append(f"| `{short_id(r.test_id)}` | {r.metric} | {_fmt(base)} | {_fmt(r.summary.median)} | "
+        lines.append(f"| `{short_id(r.test_id)}` | {r.metric} | {fmt_value(base)} | {fmt_value(r.summary.median)} | "
                      f"{r.unit} | {change_text(r)} | {outcome_text(r)} |")
     return "\n".join(lines) + "\n"

@@ -40,7 +40,7 @@ from perfgate.baselines import BaselineEntry, BaselineStore, now_iso
 from perfgate.config import load_settings
 from perfgate.gate import tolerance
 from perfgate.metrics import Metric, summarize
-from perfgate.report import _fmt, short_id
+from perfgate.report import fmt_value, short_id
 from perfgate.results import area_of
 
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample * this = its standard deviation
@@ -185,7 +185,7 @@ def table(cals: list[Calibration], *, alpha: float, power: float, title: str) ->
         style = "yellow" if fa_conf is not None and fa_conf > alpha else ""
         conf = f"[{style}]{_pct(c.configured, c.absolute)}[/]" if style else _pct(c.configured, c.absolute)
         t.add_row(escape(short_id(c.test_id)), c.metric, str(len(c.run_medians)),
-                  _fmt(float(np.median(c.run_medians))), c.unit, _pct(c.within, c.absolute),
+                  fmt_value(float(np.median(c.run_medians))), c.unit, _pct(c.within, c.absolute),
                   _pct(c.spread, c.absolute), conf, _rate(fa_conf), _pct(c.proposed, c.absolute), _rate(fa_prop),
                   _pct(detectable(c.spread, alpha=alpha, power=power), c.absolute))
     return t

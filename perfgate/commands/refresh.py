@@ -18,7 +18,7 @@ from rich.table import Table
 from perfgate import results as results_mod
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
-from perfgate.report import _fmt, short_id
+from perfgate.report import fmt_value, short_id
 
 
 def register(sub) -> None:
@@ -72,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
                 if prev is not None and prev.summary.median:
                     change = f"{(new.summary.median / prev.summary.median - 1) * 100:+.1f}%"
                 prov = f"{prev.provenance}, {prev.when}, {prev.commit}" if prev else "-"
-                t.add_row(escape(short_id(test)), name, _fmt(prev.summary.median if prev else None),
-                          _fmt(new.summary.median), new.unit, change, escape(prov))
+                t.add_row(escape(short_id(test)), name, fmt_value(prev.summary.median if prev else None),
+                          fmt_value(new.summary.median), new.unit, change, escape(prov))
                 changes += 1
         console.print(t)
         old_sw = ((old_doc.get("fingerprint") or {}).get("software")) if old_doc else None
