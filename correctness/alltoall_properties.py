@@ -1,6 +1,6 @@
 """Strategies and check for MoE dispatch/combine over variable-split all_to_all_single.
 
-A case is a :class:`perfgate.workloads.alltoall.Routing`: the destination rank of every token
+A case is a :class:`correctness.systems.alltoall.Routing`: the destination rank of every token
 of every rank. The strategy builds the send-count matrix first, in one of four shapes real
 routers produce (uniform-random, all zeros, one hot expert rank, geometric skew), then orders
 each rank's tokens by a permutation so dispatch has to sort and combine has to un-sort.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from correctness.property_violation import PropertyViolation
-from perfgate.workloads.alltoall import MISSING, Routing, token_id
+from correctness.systems.alltoall import MISSING, Routing, token_id
 
 STYLES = ("random", "zeros", "hot_rank", "skew")
 
@@ -68,5 +68,5 @@ def check_round_trip(routing: Routing, results: list[dict]) -> None:
 
 
 def run_and_check(pools, routing: Routing) -> None:
-    results = pools.run(routing.world_size, "perfgate.workloads.alltoall:round_trip", routing)
+    results = pools.run(routing.world_size, "correctness.systems.alltoall:round_trip", routing)
     check_round_trip(routing, results)

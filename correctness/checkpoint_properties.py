@@ -1,4 +1,4 @@
-"""Strategies and checks for the checkpoint properties (perfgate.workloads.checkpoint, DCP).
+"""Strategies and checks for the checkpoint properties (correctness.systems.checkpoint, DCP).
 
 Each ``check_*`` runs one generated case against real files and raises
 :class:`PropertyViolation` with a sentence saying what broke; the test modules wire them to
@@ -19,7 +19,7 @@ from typing import Any, Iterator
 from hypothesis import strategies as st
 
 from correctness.property_violation import PropertyViolation
-from perfgate.workloads.checkpoint import (
+from correctness.systems.checkpoint import (
     LATEST, MANIFEST, CheckpointCorruptError, CheckpointDir, CheckpointError, CrashPlan, SimulatedCrash,
     load_training_state, plan_save, save_training_state, version_name,
 )

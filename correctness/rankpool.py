@@ -16,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import signal
 import threading
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from perfgate.launch_core import kill_process_groups, resolve_target, write_pickle_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _POLL_FAST_S = 0.0005
@@ -37,23 +38,6 @@ class CaseError(RuntimeError):
 class _ServeSpec:
     spool: str
     parent_pid: int
-
-
-def _write_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        pickle.dump(obj, fh)
-    os.replace(tmp, path)
-
-
-def _resolve(target: str):
-    import importlib
-
-    module_name, _, attr = target.partition(":")
-    obj = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def serve(spec: _ServeSpec, ctx) -> None:
@@ -74,11 +58,11 @@ def serve(spec: _ServeSpec, ctx) -> None:
             target, case = pickle.load(fh)
         ctx.phase(f"case {n}: {target}")
         try:
-            outcome = ("ok", _resolve(target)(case, ctx))
+            outcome = ("ok", resolve_target(target)(case, ctx))
         except BaseException:  # noqa: BLE001 - the parent reports it; this group is finished
-            _write_atomic(spool / f"result{n}.rank{ctx.rank}.pkl", ("error", traceback.format_exc()))
+            write_pickle_atomic(spool / f"result{n}.rank{ctx.rank}.pkl", ("error", traceback.format_exc()))
             return
-        _write_atomic(spool / f"result{n}.rank{ctx.rank}.pkl", outcome)
+        write_pickle_atomic(spool / f"result{n}.rank{ctx.rank}.pkl", outcome)
         ctx.phase(f"idle after case {n}")
         n += 1
 
@@ -137,10 +121,11 @@ class RankPool:
     def _kill(self) -> None:
         """SIGKILL the ranks of this pool's current group (their own process groups) and reap."""
         if self._spool is not None:
+            pids = []
             for rank in range(self.world_size):
                 with contextlib.suppress(OSError, ValueError):
-                    pid = int((self._spool / f"pid{rank}").read_text())
-                    os.killpg(pid, signal.SIGKILL)  # the launcher starts each rank as a session leader
+                    pids.append(int((self._spool / f"pid{rank}").read_text()))
+            kill_process_groups(pids)  # the launcher starts each rank as a session leader
         if self._thread is not None:
             self._thread.join(timeout=30)
         self._cleanup()
@@ -174,7 +159,7 @@ class RankPool:
         assert self._spool is not None
         n = self._n
         self._n += 1
-        _write_atomic(self._spool / f"case{n}.pkl", (target, case))
+        write_pickle_atomic(self._spool / f"case{n}.pkl", (target, case))
         deadline = time.monotonic() + self.case_timeout_s
         results: dict[int, Any] = {}
         delay = _POLL_FAST_S

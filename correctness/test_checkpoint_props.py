@@ -1,6 +1,6 @@
 """Checkpoint properties: exact round trip, crash at any point, corruption refused, DCP reshard.
 
-The protocol under test is perfgate.workloads.checkpoint (shards + SHA256 manifest, atomic
+The protocol under test is correctness.systems.checkpoint (shards + SHA256 manifest, atomic
 publish); the reshard property uses torch.distributed.checkpoint on real gloo groups.
 Every example works in its own folder on the real disk.
 """

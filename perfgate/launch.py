@@ -19,13 +19,11 @@ expected duration (perfgate.liveness), else by ``timeout_s``. A
 process-group timeout inside a collective (gloo/NCCL give up before the parent does)
 is reported as the hang it is, not as a failure of the rank that noticed it first.
 
-Test-only fault knob: ``PERFGATE_TEST_FAULT=KIND@RANK[:PHASE]`` makes rank RANK fail on
-purpose when it marks a phase whose text contains PHASE (the first phase, ``started``,
-when PHASE is empty). KIND is ``raise`` (an exception), ``exit`` (``os._exit(7)``,
-no traceback), ``kill`` (SIGKILL to itself), ``segv`` (a real segmentation fault) or
-``hang`` (sleeps forever, so the other ranks block in their next collective). It lets
-tests and nightly drills inject a fault into any real workload, e.g.
-``PERFGATE_TEST_FAULT=kill@1:sample 2``; never set it otherwise (docs/reliability.md).
+The pieces live in modules of their own: the process plumbing every launcher shares
+(perfgate.launch_core), GPU locks (perfgate.gpu_locks), reading the collective a rank is
+blocked in (perfgate.stacks), hang detection (perfgate.liveness) and the test-only fault
+knob ``PERFGATE_TEST_FAULT`` (perfgate.faults). This module is the launch itself: start
+the ranks, watch them, and turn what happened into one result or one clear error.
 """
 from __future__ import annotations
 
@@ -41,17 +39,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from perfgate.faults import FAULT_ENV, Fault
+from perfgate.gpu_locks import gpu_locks
+from perfgate.launch_core import ProcessJob, signal_name, start_in_own_session, tail
 from perfgate.liveness import (BUDGET_MULTIPLE, MIN_BUDGET_S, SILENT_AFTER_S, HeartbeatWatch, Silence,
                                expected_duration, hang_budget_s)
+from perfgate.stacks import stack_collective, traceback_collective
 
 DEFAULT_TIMEOUT_S = 300.0
-_KILL_GRACE_S = 3.0
 _FAILURE_GRACE_S = 2.0
-_TAIL_LINES = 15
-
-GPU_LOCK_DIR = Path(os.environ.get("PERFGATE_GPU_LOCK_DIR", Path(tempfile.gettempdir()) / "perfgate-gpu-locks"))
 
 
 class LaunchError(RuntimeError):
@@ -85,47 +83,6 @@ class WorkerTimeout(LaunchError):
         self.collectives = collectives or {}  # rank -> torch.distributed call on its stack
 
 
-FAULT_ENV = "PERFGATE_TEST_FAULT"
-FAULT_KINDS = ("raise", "exit", "kill", "segv", "hang")
-FAULT_EXIT_CODE = 7
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A test-only injected fault (see the module docstring): what, on which rank, at which phase."""
-
-    kind: str
-    rank: int
-    phase: str = ""
-
-    @classmethod
-    def parse(cls, text: str) -> "Fault":
-        m = re.fullmatch(r"(\w+)@(\d+)(?::(.*))?", text.strip(), re.S)
-        if not m or m.group(1) not in FAULT_KINDS:
-            raise ValueError(f"{FAULT_ENV}={text!r}: expected KIND@RANK[:PHASE] with KIND one of "
-                             f"{', '.join(FAULT_KINDS)}, e.g. 'kill@1:sample 2'")
-        return cls(m.group(1), int(m.group(2)), m.group(3) or "")
-
-    def due(self, rank: int, phase_text: str) -> bool:
-        return rank == self.rank and self.phase in phase_text
-
-    def fire(self, phase_text: str) -> None:
-        where = f"{FAULT_ENV}={self.kind}@{self.rank}:{self.phase} at phase {phase_text!r}, t={time.time():.3f}"
-        if self.kind == "raise":
-            raise RuntimeError(f"injected fault ({where})")
-        sys.stderr.write(f"perfgate: injected fault ({where})\n")
-        sys.stderr.flush()
-        if self.kind == "exit":
-            os._exit(FAULT_EXIT_CODE)
-        if self.kind == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if self.kind == "segv":
-            import faulthandler
-            faulthandler._sigsegv()
-        while True:  # hang
-            time.sleep(3600)
-
-
 @dataclass
 class WorkerContext:
     """What a worker function learns about its place in the job."""
@@ -137,155 +94,19 @@ class WorkerContext:
     device: Any  # torch.device; typed loosely so this module imports without torch
     jobdir: str
     node_rank: int = 0
-    _phase_path: str = field(default="", repr=False)
-    _fault: Fault | None = field(default=None, repr=False)
+    phase_path: str = field(default="", repr=False)
+    fault: Fault | None = field(default=None, repr=False)  # test-only (perfgate.faults)
 
     def phase(self, text: str) -> None:
         """Record what is in flight, so that a hang report can name it."""
-        if self._phase_path:
-            tmp = self._phase_path + ".tmp"
+        if self.phase_path:
+            tmp = self.phase_path + ".tmp"
             with open(tmp, "w") as fh:
                 fh.write(text)
-            os.replace(tmp, self._phase_path)
-        if self._fault is not None and self._fault.due(self.rank, text):
-            fault, self._fault = self._fault, None  # fire once
+            os.replace(tmp, self.phase_path)
+        if self.fault is not None and self.fault.due(self.rank, text):
+            fault, self.fault = self.fault, None  # fire once
             fault.fire(text)
-
-
-def _tail(path: Path, lines: int = _TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def _signal_name(returncode: int | None) -> str:
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"exit code {returncode}"
-
-
-class _Job:
-    """The ranks of one launch and every process they started, so that all of them can be killed.
-
-    Each rank leads its own process group (``start_new_session``), and ``killpg`` reaches
-    whatever stayed in it. A child that made its own session (a server, a daemonised
-    helper) is not in the group; we find it through psutil while its rank is alive and
-    kill it by identity (psutil checks the start time, so a reused PID is never hit).
-    """
-
-    _SCAN_EVERY_S = 1.0
-
-    def __init__(self, procs: list[subprocess.Popen]):
-        self.procs = procs
-        self._seen: dict[int, Any] = {}
-        self._next_scan = 0.0
-
-    @property
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
-
-    def scan(self, force: bool = False) -> None:
-        """Remember the ranks' current descendants (cheap; done about once a second)."""
-        now = time.monotonic()
-        if not force and now < self._next_scan:
-            return
-        self._next_scan = now + self._SCAN_EVERY_S
-        try:
-            import psutil
-        except ImportError:  # pragma: no cover - psutil is a dependency
-            return
-        for p in self.procs:
-            if p.poll() is not None:
-                continue
-            with contextlib.suppress(psutil.Error):
-                for child in psutil.Process(p.pid).children(recursive=True):
-                    self._seen.setdefault(child.pid, child)
-
-    def _signal_groups(self, sig: int) -> None:
-        for p in self.procs:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, sig)
-
-    def _escaped(self) -> list[Any]:
-        import psutil
-
-        alive = []
-        for child in self._seen.values():
-            with contextlib.suppress(psutil.Error):
-                if child.is_running():
-                    alive.append(child)
-        return alive
-
-    def kill_all(self) -> None:
-        """SIGTERM every rank's process group and escaped child, then SIGKILL what is left."""
-        self.scan(force=True)
-        self._signal_groups(signal.SIGTERM)
-        self._signal_groups(signal.SIGCONT)  # a stopped (SIGSTOPped) rank acts on SIGTERM only once continued
-        for child in self._escaped():
-            with contextlib.suppress(Exception):
-                child.terminate()
-        deadline = time.monotonic() + _KILL_GRACE_S
-        for p in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        # The group may still hold grandchildren even when the leader is gone.
-        self._signal_groups(signal.SIGKILL)
-        escaped = self._escaped()
-        for child in escaped:
-            with contextlib.suppress(Exception):
-                child.kill()
-        if escaped:
-            import psutil
-
-            psutil.wait_procs(escaped, timeout=_KILL_GRACE_S)
-        for p in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=_KILL_GRACE_S)
-        # SIGKILL is asynchronous: return only once the groups are empty, so that "launch
-        # returned" means "nothing of the job runs any more".
-        deadline = time.monotonic() + _KILL_GRACE_S
-        while any(process_group_alive(p.pid) for p in self.procs) and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-
-def process_group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` still exists (signal 0 delivers nothing)."""
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-def _kill_all(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM every rank's process group, then SIGKILL what is left."""
-    _Job(procs).kill_all()
-
-
-@contextlib.contextmanager
-def gpu_locks(devices: list[int]) -> Iterator[None]:
-    """Hold an exclusive file lock per GPU so two xdist workers never measure on one GPU."""
-    if not devices:
-        yield
-        return
-    from filelock import FileLock
-
-    GPU_LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    locks = [FileLock(str(GPU_LOCK_DIR / f"gpu{d}.lock")) for d in sorted(devices)]
-    for lock in locks:  # sorted order: no lock-order deadlock between workers
-        lock.acquire()
-    try:
-        yield
-    finally:
-        for lock in reversed(locks):
-            lock.release()
 
 
 def _visible_gpu_count() -> int:
@@ -382,7 +203,7 @@ def _launch_locked(target, spec, world_size, backend, limit: WorkLimit, env, pg_
 
     jobdir = Path(tempfile.mkdtemp(prefix="perfgate-job-"))
     procs: list[subprocess.Popen] = []
-    job = _Job(procs)
+    job = ProcessJob(procs)
     store = None
     try:
         store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
@@ -404,15 +225,8 @@ def _launch_locked(target, spec, world_size, backend, limit: WorkLimit, env, pg_
         })
         for rank in range(world_size):
             rank_env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
-            log = open(jobdir / f"rank{rank}.log", "wb")
-            try:
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "perfgate.launch_worker", str(jobdir)],
-                    env=rank_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True,  # own process group: killpg reaches its children too
-                ))
-            finally:
-                log.close()
+            procs.append(start_in_own_session([sys.executable, "-m", "perfgate.launch_worker", str(jobdir)],
+                                              rank_env, jobdir / f"rank{rank}.log"))
         watch = HeartbeatWatch([jobdir / f"rank{r}.phase" for r in range(world_size)], job.pids, silent_after_s)
         _wait(job, jobdir, limit, pg_timeout, startup_timeout_s, watch)
         results = []
@@ -449,7 +263,7 @@ def _error_text(jobdir: Path, rank: int) -> str:
     err = jobdir / f"rank{rank}.err"
     if err.exists():
         return err.read_text(errors="replace").rstrip()
-    return _tail(jobdir / f"rank{rank}.log")
+    return tail(jobdir / f"rank{rank}.log")
 
 
 def _classify(code: int | None, text: str) -> str:
@@ -466,7 +280,7 @@ def _classify(code: int | None, text: str) -> str:
 _CAUSE_ORDER = {"signal": 0, "error": 0, "timeout": 1, "peer": 2}
 
 
-def _wait(job: _Job, jobdir: Path, limit: WorkLimit, pg_timeout_s: float | None = None,
+def _wait(job: ProcessJob, jobdir: Path, limit: WorkLimit, pg_timeout_s: float | None = None,
           startup_timeout_s: float | None = None, watch: HeartbeatWatch | None = None) -> None:
     procs = job.procs
     timeout_s = limit.seconds
@@ -512,19 +326,19 @@ def _wait(job: _Job, jobdir: Path, limit: WorkLimit, pg_timeout_s: float | None 
         time.sleep(0.05)
 
 
-def _failure(job: _Job, jobdir: Path, rank: int, detail: str, kinds: dict[int, str]) -> WorkerFailure:
+def _failure(job: ProcessJob, jobdir: Path, rank: int, detail: str, kinds: dict[int, str]) -> WorkerFailure:
     procs = job.procs
     code = procs[rank].returncode
     phases = {r: _phase(jobdir, r) for r in range(len(procs))}
-    parts = [f"rank {rank} of {len(procs)} failed ({_signal_name(code)}) in phase {phases[rank]!r}:",
+    parts = [f"rank {rank} of {len(procs)} failed ({signal_name(code)}) in phase {phases[rank]!r}:",
              detail or "(no output)"]
     for other in range(len(procs)):
         if other != rank:
-            state = _signal_name(procs[other].poll())
+            state = signal_name(procs[other].poll())
             if kinds.get(other) == "peer":
                 state += ", lost its peer"
             parts.append(f"--- rank {other} ({state}; phase {phases[other]!r}) last lines ---\n"
-                         f"{_tail(jobdir / f'rank{other}.log') or '(no output)'}")
+                         f"{tail(jobdir / f'rank{other}.log') or '(no output)'}")
     return WorkerFailure("\n".join(parts), rank=rank, returncode=code, pids=job.pids, phases=phases)
 
 
@@ -535,43 +349,8 @@ def _phase(jobdir: Path, rank: int) -> str:
         return "unknown (no phase recorded)"
 
 
-_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+),? in (?P<func>\S+)')
 
-
-def _torch_frame(frames_innermost_first) -> str | None:
-    for f in frames_innermost_first:
-        path = f.group("file").replace("\\", "/")
-        if "torch/distributed" in path and "c10d_logger" not in path and f.group("func") != "wrapper":
-            return f"{f.group('func')} ({Path(path).name}:{f.group('line')})"
-    return None
-
-
-def traceback_collective(text: str) -> str | None:
-    """The innermost torch.distributed call in a Python traceback (innermost frame last)."""
-    frames = [m for m in (_FRAME.match(line) for line in text.splitlines()) if m]
-    return _torch_frame(reversed(frames))
-
-
-def stack_collective(log_text: str) -> str | None:
-    """The torch.distributed call on a rank's main-thread stack in its last faulthandler dump.
-
-    faulthandler prints frames innermost first; the first frame inside torch/distributed
-    (skipping its logging wrapper) names the collective the rank is blocked in."""
-    blocks = re.split(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):\s*$",
-                      log_text, flags=re.M)
-    for block in reversed(blocks[1:]):
-        frames = [m for m in (_FRAME.match(line) for line in block.splitlines()) if m]
-        if not any("launch_worker" in f.group("file") and f.group("func") == "<module>" for f in frames):
-            continue  # not the main thread of a rank
-        found = _torch_frame(frames)
-        if found:
-            return found
-        top = frames[0]
-        return f"not in a collective: {top.group('func')} ({Path(top.group('file')).name}:{top.group('line')})"
-    return None
-
-
-def _timeout(job: _Job, jobdir: Path, limit: WorkLimit | None,
+def _timeout(job: ProcessJob, jobdir: Path, limit: WorkLimit | None,
              pg_timed_out: tuple[int, float | None] | None = None,
              startup_timeout_s: float | None = None, silent: Silence | None = None) -> WorkerTimeout:
     procs = job.procs
@@ -617,6 +396,6 @@ def _timeout(job: _Job, jobdir: Path, limit: WorkLimit | None,
                           for r in range(len(procs)))
     parts = [head, f"in flight: {in_flight}"]
     for r, p in enumerate(procs):
-        state = "still running" if p.poll() is None else _signal_name(p.returncode)
-        parts.append(f"--- rank {r} ({state}); in flight: {phases[r]} ---\n{_tail(jobdir / f'rank{r}.log', 25)}")
+        state = "still running" if p.poll() is None else signal_name(p.returncode)
+        parts.append(f"--- rank {r} ({state}); in flight: {phases[r]} ---\n{tail(jobdir / f'rank{r}.log', 25)}")
     return WorkerTimeout("\n".join(parts), phases=phases, pids=job.pids, collectives=collectives)

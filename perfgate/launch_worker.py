@@ -6,7 +6,6 @@ and so a rank's start-up is exactly: read the job, join the group, run, write th
 from __future__ import annotations
 
 import faulthandler
-import importlib
 import os
 import pickle
 import signal
@@ -17,24 +16,15 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
+from perfgate.launch_core import resolve_target, write_pickle_atomic
+
 
 def finish(jobdir: Path, rank: int, result) -> None:
     """Hand a rank's result to the parent (atomically: it reads whole files only) and leave the group."""
     import torch.distributed as dist
 
-    tmp = jobdir / f"rank{rank}.result.pkl.tmp"
-    with open(tmp, "wb") as fh:
-        pickle.dump(result, fh)
-    os.replace(tmp, jobdir / f"rank{rank}.result.pkl")
+    write_pickle_atomic(jobdir / f"rank{rank}.result.pkl", result)
     dist.destroy_process_group()
-
-
-def _resolve(target: str):
-    module_name, _, attr = target.partition(":")
-    obj = importlib.import_module(module_name)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 def _die_with_parent(parent_pid: int, interval_s: float = 0.5) -> None:
@@ -74,14 +64,15 @@ def main(jobdir: Path) -> int:
         import torch
         import torch.distributed as dist
 
-        from perfgate.launch import FAULT_ENV, Fault, WorkerContext
+        from perfgate.faults import fault_from_env
+        from perfgate.launch import WorkerContext
         from perfgate.liveness import start_heartbeat
 
         phase_path = jobdir / f"rank{rank}.phase"
         init_phase = "init_process_group (rendezvous with the other ranks)"
         phase_path.write_text(init_phase)
         start_heartbeat(phase_path)  # the parent finds a stopped or frozen rank by its silence
-        fault = Fault.parse(os.environ[FAULT_ENV]) if os.environ.get(FAULT_ENV) else None
+        fault = fault_from_env()
         if fault is not None and fault.phase and fault.due(rank, init_phase):
             fault.fire(init_phase)
         world_size = int(os.environ["WORLD_SIZE"])
@@ -106,10 +97,10 @@ def main(jobdir: Path) -> int:
             dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
         ctx = WorkerContext(rank=rank, world_size=world_size, local_rank=local_rank, backend=backend,
                             device=device, jobdir=str(jobdir), node_rank=int(os.environ.get("GROUP_RANK", 0)),
-                            _phase_path=str(phase_path), _fault=fault)
+                            phase_path=str(phase_path), fault=fault)
         (jobdir / f"rank{rank}.ready").touch()  # the parent's work clock starts when all are ready
         ctx.phase("started")
-        result = _resolve(job["target"])(job["spec"], ctx)
+        result = resolve_target(job["target"])(job["spec"], ctx)
         ctx.phase("finished")
         finish(jobdir, rank, result)
         return 0

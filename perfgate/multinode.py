@@ -37,7 +37,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from perfgate.launch import WorkerFailure, WorkerTimeout, _kill_all, _tail
+from perfgate.launch import WorkerFailure, WorkerTimeout
+from perfgate.launch_core import ProcessJob, resolve_target, start_in_own_session, tail
 
 LAUNCHERS = ("local", "srun")
 DEFAULT_TIMEOUT_S = 600.0
@@ -76,7 +77,7 @@ def probe(spec: ProbeSpec, ctx) -> dict:
 # ---------------------------------------------------------------- the rank side
 
 
-def _env_from_slurm(env: dict[str, str]) -> dict[str, str]:
+def env_from_slurm(env: dict[str, str]) -> dict[str, str]:
     """srun without torchrun: derive torch's variables from SLURM's (MASTER_ADDR/PORT must be set)."""
     if "RANK" in env or "SLURM_PROCID" not in env:
         return env
@@ -92,18 +93,16 @@ def _env_from_slurm(env: dict[str, str]) -> dict[str, str]:
 def _context(backend: str, jobdir: str, phase_dir: Path | None):
     import torch
 
+    from perfgate.faults import fault_from_env
     from perfgate.launch import WorkerContext
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-    extra = {}
-    from perfgate import launch as launch_mod
-    if hasattr(launch_mod, "Fault") and os.environ.get(launch_mod.FAULT_ENV):
-        extra["_fault"] = launch_mod.Fault.parse(os.environ[launch_mod.FAULT_ENV])  # the same test-only drill knob
     return WorkerContext(rank=rank, world_size=int(os.environ["WORLD_SIZE"]), local_rank=local_rank,
                          backend=backend, device=device, jobdir=jobdir,
                          node_rank=int(os.environ.get("GROUP_RANK", 0)),
-                         _phase_path=str(phase_dir / f"rank{rank}.phase") if phase_dir else "", **extra)
+                         phase_path=str(phase_dir / f"rank{rank}.phase") if phase_dir else "",
+                         fault=fault_from_env())  # the same test-only drill knob
 
 
 def _init(backend: str, timeout_s: float) -> None:
@@ -125,9 +124,9 @@ def worker_main(jobdir: Path) -> int:
     import faulthandler
     import signal
 
-    from perfgate.launch_worker import _resolve, finish
+    from perfgate.launch_worker import finish
 
-    os.environ.update(_env_from_slurm(dict(os.environ)))
+    os.environ.update(env_from_slurm(dict(os.environ)))
     rank = int(os.environ.get("RANK", -1))
     faulthandler.enable(file=sys.stderr)
     with contextlib.suppress(ValueError, AttributeError):
@@ -135,7 +134,7 @@ def worker_main(jobdir: Path) -> int:
     try:
         with open(jobdir / "job.pkl", "rb") as fh:
             job = pickle.load(fh)
-        target = _resolve(job["target"])  # a bad target fails here, before the rendezvous waits on it
+        target = resolve_target(job["target"])  # a bad target fails here, before the rendezvous waits on it
         _init(job["backend"], job["pg_timeout_s"])
         ctx = _context(job["backend"], str(jobdir), jobdir)
         ctx.phase("started")
@@ -156,7 +155,7 @@ def probe_main(elems: int) -> int:
     """``torchrun ... -m perfgate.multinode probe``: run the probe without a job folder; rank 0 prints."""
     import torch.distributed as dist
 
-    os.environ.update(_env_from_slurm(dict(os.environ)))
+    os.environ.update(env_from_slurm(dict(os.environ)))
     backend = "nccl" if _cuda_ok() else "gloo"
     _init(backend, 300)
     result = probe(ProbeSpec(elems=elems), _context(backend, "", None))
@@ -268,12 +267,12 @@ def launch_multinode(target: str, spec: Any, *, nnodes: int, nproc_per_node: int
             for node in range(nnodes):
                 argv = torchrun_argv(nnodes=nnodes, nproc_per_node=nproc_per_node, endpoint=f"127.0.0.1:{port}",
                                      run_id=run_id, jobdir=jobdir, is_host=(node == 0), local_addr="127.0.0.1")
-                procs.append(_start(argv, base_env, jobdir / f"node{node}.log"))
+                procs.append(start_in_own_session(argv, base_env, jobdir / f"node{node}.log"))
         else:
             head = socket.gethostname()
             argv = torchrun_argv(nnodes=nnodes, nproc_per_node=nproc_per_node, endpoint=f"{head}:{free_port('')}",
                                  run_id=run_id, jobdir=jobdir)
-            procs.append(_start(srun_argv(nnodes, argv), base_env, jobdir / "srun.log"))
+            procs.append(start_in_own_session(srun_argv(nnodes, argv), base_env, jobdir / "srun.log"))
         _wait(procs, jobdir, world, timeout_s)
         results = []
         for rank in range(world):
@@ -286,20 +285,14 @@ def launch_multinode(target: str, spec: Any, *, nnodes: int, nproc_per_node: int
         return results
     finally:
         if procs:
-            _kill_all(procs)
+            ProcessJob(procs).kill_all()
         shutil.rmtree(jobdir, ignore_errors=True)
-
-
-def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    with open(log, "wb") as fh:
-        return subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
 
 
 def _logs(jobdir: Path) -> str:
     parts = []
     for log in sorted(jobdir.glob("*.log")):
-        parts.append(f"--- {log.stem} last lines ---\n{_tail(log, 20) or '(no output)'}")
+        parts.append(f"--- {log.stem} last lines ---\n{tail(log, 20) or '(no output)'}")
     return "\n".join(parts)
 
 
@@ -316,7 +309,7 @@ def _wait(procs: list[subprocess.Popen], jobdir: Path, world: int, timeout_s: fl
             errs = sorted(jobdir.glob("rank*.err"), key=lambda p: (p.stat().st_mtime_ns, int(p.stem[4:])))
             if errs:
                 rank = int(errs[0].stem[4:])
-                others = "".join(f"\n--- rank {p.stem[4:]} failed later ---\n{_tail(p, 6)}" for p in errs[1:])
+                others = "".join(f"\n--- rank {p.stem[4:]} failed later ---\n{tail(p, 6)}" for p in errs[1:])
                 raise WorkerFailure(f"rank {rank} of {world} failed (first of {len(errs)} to fail):\n"
                                     f"{errs[0].read_text(errors='replace').rstrip()}{others}\n{_logs(jobdir)}",
                                     rank=rank, returncode=1)

@@ -129,7 +129,7 @@ def build_series(runs: list[Run], *, hardware_id: str | None = None) -> list[Ser
             if s is None:
                 s = out[key] = Series(run.hardware_id, r.test_id, r.metric, r.unit, r.better, r.tol)
             s.tol = r.tol  # the latest tolerance applies
-            q1, q3 = _quartiles(r.summary)
+            q1, q3 = quartiles(r.summary)
             s.points.append(Point(run=i, created=run.created, commit=run.commit, median=r.summary.median,
                                   q1=q1, q3=q3, n=r.summary.n, tainted=bool(r.tainted), outcome=r.outcome))
             if r.baseline and r.baseline.get("median") is not None:
@@ -152,7 +152,7 @@ def natural_key(test_id: str) -> tuple:
     return tuple(key)
 
 
-def _quartiles(summary) -> tuple[float, float]:
+def quartiles(summary) -> tuple[float, float]:
     """Quartiles from the stored samples; from the IQR around the median when too few are stored."""
     if len(summary.samples) >= 4:
         q1, q3 = statistics.quantiles(summary.samples, n=4, method="inclusive")[0::2]

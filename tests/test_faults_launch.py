@@ -1,7 +1,7 @@
 """The launcher under real faults: a rank that raises, exits, is killed, or hangs in a collective.
 
 Every fault is real: ranks are real subprocesses in a real gloo process group, the fault
-is injected through the test-only knob ``PERFGATE_TEST_FAULT`` (perfgate/launch.py) into a
+is injected through the test-only knob ``PERFGATE_TEST_FAULT`` (perfgate/faults.py) into a
 rank doing real all_reduce steps, and a killed rank gets a real SIGKILL. Each rank also
 starts a helper child (as a dataloader or a compile worker would) and writes every PID to a
 file, so the test can check that no process of the job outlives it.
@@ -19,8 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfgate.launch import (FAULT_ENV, Fault, LaunchError, WorkerFailure, WorkerTimeout, launch,
-                             stack_collective)
+from perfgate.faults import FAULT_ENV, Fault
+from perfgate.launch import LaunchError, WorkerFailure, WorkerTimeout, launch
+from perfgate.stacks import stack_collective
 
 HERE = Path(__file__).resolve().parent
 TARGET = "test_faults_launch:allreduce_steps"  # this module, imported by the ranks via PYTHONPATH

@@ -14,19 +14,31 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import hardware, seed_v100
+from perfgate import hardware
 from perfgate.baselines import BaselineEntry, BaselineStore
 from perfgate.cli import main
+from perfgate.commands.import_seed import DEFAULT_SEED, entry_for, load_seed
 from perfgate.config import Settings
 from perfgate.gate import evaluate
 from perfgate.metrics import UNIT_FAMILIES, Metric, summarize
 from perfgate.results import area_of
 
 ROOT = Path(__file__).resolve().parents[1]
-SEED_TEXT = ROOT.parent / seed_v100.SEED_FILE
-HW = seed_v100.HARDWARE_ID
-NUMBERS = seed_v100.NUMBERS
-PENDING_FILES = {seed_v100.SERVING_RATE}  # test files the serving work has not written yet
+SEED = load_seed()
+SEED_TEXT = ROOT.parent / SEED.seed_file
+HW = SEED.hardware_id
+NUMBERS = SEED.numbers
+PENDING_FILES = set(SEED.pending_test_files)  # test files the serving work has not written yet
+COLL = "perf/collectives/test_collectives.py"
+
+
+def test_seed_data_lives_beside_the_baselines_and_bad_files_are_one_line_errors(tmp_path, capsys):
+    assert DEFAULT_SEED == ROOT / "baselines-imported" / "seed-v100.json"
+    bad = tmp_path / "seed.json"
+    bad.write_text('{"seed": "x"}')
+    assert main(["import-seed", "--seed", str(bad), "--baselines", str(tmp_path / "b"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfgate import-seed: error: {bad}: malformed seed file") and err.count("\n") == 1
 
 
 def test_every_number_carries_its_source_section():
@@ -102,14 +114,14 @@ def test_design_anchors():
 
 def test_fingerprint_gives_the_hardware_id(monkeypatch):
     monkeypatch.delenv("PERFGATE_HARDWARE_ID", raising=False)
-    assert hardware.hardware_id(seed_v100.FINGERPRINT) == HW
-    links = seed_v100.FINGERPRINT["links"]
+    assert hardware.hardware_id(SEED.fingerprint) == HW
+    links = SEED.fingerprint["links"]
     assert (links[0][1], links[0][2], links[0][4]) == ("PIX", "PHB", "SYS")  # §4.2's pairs
     assert hardware.pair_placements(links) == {"PIX": (0, 1), "PHB": (0, 2), "SYS": (0, 4)}
 
 
 def test_import_writes_imported_entries_and_keeps_measured_ones(tmp_path, capsys):
-    measured_id = f"{seed_v100.COLL}::test_all_reduce[nccl-8gpu-256MiB]"
+    measured_id = f"{COLL}::test_all_reduce[nccl-8gpu-256MiB]"
     store = BaselineStore(tmp_path)
     store.write(HW, "collectives", {measured_id: {"busbw_gbps": BaselineEntry(
         unit="GB/s", better="higher", summary=summarize([8.1] * 5), tol=None, provenance="measured")}})
@@ -154,8 +166,7 @@ def test_committed_baselines_hold_exactly_these_numbers():
 
 def test_a_v100_run_is_judged_against_the_report():
     n = next(x for x in NUMBERS if x.test_id.endswith("test_all_reduce[nccl-8gpu-256MiB]"))
-    from perfgate.commands.import_seed import entry_for
-    entry = entry_for(n)
+    entry = entry_for(n, SEED)
     settings = Settings(baselines=Path("."))
 
     def verdict(samples):
@@ -180,3 +191,17 @@ def test_imported_ids_are_ids_our_tests_have(pytester):
     missing = sorted({n.test_id for n in NUMBERS if n.test_id.split("::")[0] in files
                       and not placement.search(n.test_id)} - collected)
     assert missing == [], "imported ids that no test has:\n" + "\n".join(missing)
+
+
+def test_importing_again_reproduces_the_committed_files(tmp_path):
+    """The data file is the whole source: a fresh import writes what is committed, all but the date."""
+    folder = ROOT / "baselines" / HW
+    if not folder.exists():
+        pytest.skip(f"{folder} not committed yet: run `perfgate import-seed`")
+    assert main(["import-seed", "--baselines", str(tmp_path), "--root", str(tmp_path)]) == 0
+    written = sorted(p.name for p in (tmp_path / HW).glob("*.json"))
+    assert written == sorted(p.name for p in folder.glob("*.json"))
+    for name in written:
+        fresh, committed = (json.loads(p.read_text()) for p in (tmp_path / HW / name, folder / name))
+        fresh.pop("updated"), committed.pop("updated")
+        assert fresh == committed, name

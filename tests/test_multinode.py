@@ -67,11 +67,11 @@ def test_torchrun_and_srun_commands():
 
 
 def test_slurm_variables_become_torch_variables():
-    env = multinode._env_from_slurm({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
+    env = multinode.env_from_slurm({"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
                                      "SLURM_NODEID": "1", "SLURM_NTASKS_PER_NODE": "8(x2)"})
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["GROUP_RANK"], env["LOCAL_WORLD_SIZE"]) == \
         ("9", "16", "1", "1", "8")
-    assert multinode._env_from_slurm({"RANK": "0", "SLURM_PROCID": "3"})["RANK"] == "0"  # torchrun's wins
+    assert multinode.env_from_slurm({"RANK": "0", "SLURM_PROCID": "3"})["RANK"] == "0"  # torchrun's wins
 
 
 def test_launcher_choice_and_validation(monkeypatch):

@@ -106,7 +106,7 @@ def test_ids_are_ordered_as_a_reader_expects():
 
 
 def test_error_bars_are_the_quartiles_of_the_samples():
-    q1, q3 = trends._quartiles(summarize([1.0, 2.0, 3.0, 4.0, 100.0]))
+    q1, q3 = trends.quartiles(summarize([1.0, 2.0, 3.0, 4.0, 100.0]))
     assert (q1, q3) == (2.0, 4.0)
 
 
@@ -164,9 +164,9 @@ def test_report_writes_pngs_and_a_page_listing_steps(tmp_path, capsys):
     assert "WORSE" in capsys.readouterr().out
     # the band comes from the store when it has the metric
     s = series_of(hist, AR.format("256MiB"))
-    from perfgate.commands.report import _baseline
-    assert _baseline(store, s) == (11.74, "imported: test")
-    assert _baseline(None, s)[0] == pytest.approx(11.7)
+    from perfgate.commands.report import baseline_for
+    assert baseline_for(store, s) == (11.74, "imported: test")
+    assert baseline_for(None, s)[0] == pytest.approx(11.7)
 
 
 def test_report_splits_large_families_and_passes_without_steps(tmp_path):

@@ -13,7 +13,7 @@ Trace format (JSONL or text, documented in perfgate/workloads/offload/cache_sim.
 Prints hit rates of LRU, Belady (the ceiling), the best static pin and admit-after-N at each
 capacity (slots shared by all layers), the first-touch bound, reuse distributions, and U(k) -
 how many reads k tokens decoded together would save. With --layer-miss-ms / --expert-miss-ms
-(from tools/io_probe.py) it adds the predicted decode rate at each LRU hit rate.
+(from tools/model_storage_probe.py) it adds the predicted decode rate at each LRU hit rate.
 """
 from __future__ import annotations
 

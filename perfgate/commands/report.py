@@ -61,7 +61,7 @@ def _band(series: trends.Series, base: float) -> tuple[float, float]:
     return base * (1 - series.tol), base * (1 + series.tol)
 
 
-def _baseline(store: BaselineStore | None, s: trends.Series) -> tuple[float | None, str | None]:
+def baseline_for(store: BaselineStore | None, s: trends.Series) -> tuple[float | None, str | None]:
     """The committed baseline wins (it is what the next run is judged against); else the last run's."""
     if store is not None:
         try:
@@ -90,7 +90,7 @@ def plot_family(series: list[trends.Series], steps: list[trends.StepChange], run
         ax = axes[k // cols][k % cols]
         xs = [p.run for p in s.points]
         ys = [p.median for p in s.points]
-        base, prov = _baseline(store, s)
+        base, prov = baseline_for(store, s)
         if base is not None:
             lo, hi = _band(s, base)
             ax.axhspan(lo, hi, color="tab:green", alpha=0.15, lw=0,

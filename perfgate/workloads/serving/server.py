@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from perfgate import mutations
-from perfgate.launch import process_group_alive
+from perfgate.launch_core import process_group_alive
 
 VLLM_CLI = (
     "import importlib.metadata as m, sys\n"

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Probe the storage under a MoE model file: the seed's io_probe, plus expert and layer reads.
 
-    python tools/io_probe.py --model /models/Qwen3-30B-A3B-Q4_K_M.gguf
-    python tools/io_probe.py --model M.gguf --direct --threads 1,4,16 --json probe.json
-    python tools/io_probe.py --file /data/big.bin --block-bytes 1966080     # any file, no experts
+    python tools/model_storage_probe.py --model /models/Qwen3-30B-A3B-Q4_K_M.gguf
+    python tools/model_storage_probe.py --model M.gguf --direct --threads 1,4,16 --json probe.json
+    python tools/model_storage_probe.py --file /data/big.bin --block-bytes 1966080     # any file, no experts
 
 Tables (rich): random reads of one block (default: the file's gate segment) at each thread count
 with the page cache dropped per round (median / mean / p90 / p99 ms, MB/s); 4 KiB reads

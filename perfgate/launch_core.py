@@ -1,0 +1,169 @@
+"""The process plumbing every perfgate launcher shares (launch, multinode, the correctness rank pool).
+
+- :class:`ProcessJob`: the processes of one job, each started as the leader of its own
+  session, and :meth:`ProcessJob.kill_all`, which leaves none of them or their children.
+- :func:`start_in_own_session`: how a launcher starts such a process, output to a log file.
+- :func:`resolve_target`: a rank's ``"package.module:function"`` to the function.
+- :func:`write_pickle_atomic`: a result or a job file handed over atomically (readers see whole files only).
+- :func:`tail` and :func:`signal_name`: what a failure message quotes.
+
+Nothing here imports torch: the parent of a job must not touch CUDA by accident.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import pickle
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+KILL_GRACE_S = 3.0
+TAIL_LINES = 15
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log ('' when it cannot be read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def signal_name(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def resolve_target(target: str) -> Any:
+    """``"package.module:function"`` (or ``module:Class.method``) to the object it names."""
+    module_name, _, attr = target.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def write_pickle_atomic(path: Path, obj: Any) -> None:
+    """Pickle ``obj`` to ``path`` atomically: a reader sees the whole file or none."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(obj, fh)
+    os.replace(tmp, path)
+
+
+def start_in_own_session(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """Start ``argv`` as the leader of a new session (so ``killpg`` reaches its children), output to ``log``."""
+    with open(log, "wb") as fh:
+        return subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+class ProcessJob:
+    """The ranks of one launch and every process they started, so that all of them can be killed.
+
+    Each rank leads its own process group (``start_new_session``), and ``killpg`` reaches
+    whatever stayed in it. A child that made its own session (a server, a daemonised
+    helper) is not in the group; we find it through psutil while its rank is alive and
+    kill it by identity (psutil checks the start time, so a reused PID is never hit).
+    """
+
+    _SCAN_EVERY_S = 1.0
+
+    def __init__(self, procs: list[subprocess.Popen]):
+        self.procs = procs
+        self._seen: dict[int, Any] = {}
+        self._next_scan = 0.0
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def scan(self, force: bool = False) -> None:
+        """Remember the ranks' current descendants (cheap; done about once a second)."""
+        now = time.monotonic()
+        if not force and now < self._next_scan:
+            return
+        self._next_scan = now + self._SCAN_EVERY_S
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a dependency
+            return
+        for p in self.procs:
+            if p.poll() is not None:
+                continue
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(p.pid).children(recursive=True):
+                    self._seen.setdefault(child.pid, child)
+
+    def _signal_groups(self, sig: int) -> None:
+        for p in self.procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, sig)
+
+    def _escaped(self) -> list[Any]:
+        import psutil
+
+        alive = []
+        for child in self._seen.values():
+            with contextlib.suppress(psutil.Error):
+                if child.is_running():
+                    alive.append(child)
+        return alive
+
+    def kill_all(self) -> None:
+        """SIGTERM every rank's process group and escaped child, then SIGKILL what is left."""
+        self.scan(force=True)
+        self._signal_groups(signal.SIGTERM)
+        self._signal_groups(signal.SIGCONT)  # a stopped (SIGSTOPped) rank acts on SIGTERM only once continued
+        for child in self._escaped():
+            with contextlib.suppress(Exception):
+                child.terminate()
+        deadline = time.monotonic() + KILL_GRACE_S
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        # The group may still hold grandchildren even when the leader is gone.
+        self._signal_groups(signal.SIGKILL)
+        escaped = self._escaped()
+        for child in escaped:
+            with contextlib.suppress(Exception):
+                child.kill()
+        if escaped:
+            import psutil
+
+            psutil.wait_procs(escaped, timeout=KILL_GRACE_S)
+        for p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=KILL_GRACE_S)
+        # SIGKILL is asynchronous: return only once the groups are empty, so that "launch
+        # returned" means "nothing of the job runs any more".
+        deadline = time.monotonic() + KILL_GRACE_S
+        while any(process_group_alive(p.pid) for p in self.procs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still exists (signal 0 delivers nothing)."""
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def kill_process_groups(pgids: list[int]) -> None:
+    """SIGKILL whole process groups by their leaders' pids (for processes this caller did not start)."""
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
