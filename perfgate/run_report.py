@@ -81,16 +81,28 @@ def _software(sw: dict | None) -> str:
     return ", ".join(f"{k} {sw[k]}" for k in keys if sw.get(k)) or "software unknown"
 
 
+def _where(b: dict) -> str:
+    where = f"{b.get('provenance', '?')}, {b.get('when') or 'date unknown'}, commit {b.get('commit') or '?'}"
+    return where + (f", {b['source']}" if b.get("source") else "")
+
+
 def regression_line(r: MetricResult, current_software: dict | None) -> str:
     b = r.baseline or {}
-    prov = b.get("provenance", "?")
-    where = f"{prov}, {b.get('when') or 'date unknown'}, commit {b.get('commit') or '?'}"
-    if b.get("source"):
-        where += f", {b['source']}"
     return (f"{r.test_id} {r.metric}: {r.verdict.get('explanation')}. "
-            f"baseline {fmt_number(b.get('median'))} {r.unit} ({where}; {_software(b.get('software'))}) "
+            f"baseline {fmt_number(b.get('median'))} {r.unit} ({_where(b)}; {_software(b.get('software'))}) "
             f"vs current {fmt_number(r.summary.median)} {r.unit} ({_software(current_software)}). "
             f"Re-run: {r.rerun}")
+
+
+def regression_detail(r: MetricResult, current_software: dict | None, width: int) -> list[str]:
+    """regression_line for a terminal: one clause a line, so a value and its unit start a line."""
+    b = r.baseline or {}
+    lines = wrap_words(f"REGRESSION {short_id(r.test_id)} {r.metric}", width, "    ")  # Re-run has the path
+    for clause in (str(r.verdict.get("explanation")),
+                   f"baseline {fmt_number(b.get('median'))} {r.unit}: {_where(b)}; {_software(b.get('software'))}",
+                   f"current {fmt_number(r.summary.median)} {r.unit}: {_software(current_software)}"):
+        lines += wrap_words("    " + clause, width, "      ")
+    return lines + [f"    Re-run: {r.rerun}"]  # whole, to copy: never folded
 
 
 def _plural(n: int, word: str) -> str:
@@ -178,9 +190,7 @@ def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int,
         lines.append(Line(f"no metric needs attention ({len(results)} recorded)"))
     regressions = [r for r in results if r.gated and r.outcome == "regression"]
     for r in regressions:
-        text, _, rerun = regression_line(r, current_software).rpartition(" Re-run: ")
-        lines += [Line(t, "regression") for t in wrap_words("REGRESSION " + text, width, "    ")]
-        lines.append(Line(f"    Re-run: {rerun}", "regression"))  # whole, to copy: never folded
+        lines += [Line(t, "regression") for t in regression_detail(r, current_software, width)]
     if table != "all":
         hint = (f"full table: {full_table_at}; {all_option} prints it here" if full_table_at
                 else f"full table: {all_option} prints every metric")
