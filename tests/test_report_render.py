@@ -248,3 +248,52 @@ def test_plugin_section_opens_with_the_verdict(pytester, monkeypatch):
     every = pytester.runpytest(hw, "--perf-table=all", "-p", "no:cacheprovider")
     every.stdout.fnmatch_lines(["*all 2 metrics of cpu-Test-2c:*", "*busbw_gbps*worse (recorded)",
                                 "*speedup*regression"])
+
+
+def _check_table_lines(lines: list[str], width: int, headers: tuple[str, ...], rows: list[list[str]],
+                       whole_from: int) -> None:
+    """Every line within width; headers whole on one line (or as ``header:`` items of cards);
+    the whole cells of every row (from column ``whole_from``) together on one line."""
+    for line in lines:
+        assert cells(line) <= width, f"{cells(line)} > {width}: {line!r}"
+    text = "\n".join(lines)
+    table_header = any(re.search(r"\s+".join(map(re.escape, headers)), line) for line in lines)
+    assert table_header or all(f"{h}: " in text for h in headers)
+    for row in rows:
+        tail = row[whole_from:]
+        as_table = re.compile(r"\s+".join(re.escape(c) for c in tail) + r"$", re.M)
+        as_cards = [f"{h}: {c}" for h, c in zip(headers[-len(tail):], tail)]
+        assert as_table.search(text) or all(item in text for item in as_cards), row
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_calibrate_table_from_ten_real_runs(width):
+    from perfgate.commands import calibrate as cal
+    from perfgate.config import load_settings
+
+    docs = [results_mod.load(p) for p in sorted((RUNS / "ten-run-check").glob("r*.json"))]
+    assert len(docs) == 10
+    settings = load_settings(ROOT, hardware_id=docs[0]["hardware_id"])
+    cals = cal.calibrate_docs(docs, settings, k=3, floor=0.02, fraction_floor=0.01)
+    lines = [ln.text for ln in cal.table(cals, alpha=0.01, power=0.8, title="calibrate", width=width)]
+    headers = tuple(c.header for c in cal.COLUMNS[2:])
+    rows, _ = cal.table_rows(cals, alpha=0.01, power=0.8)
+    _check_table_lines(lines, width, headers, rows, 2)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_refresh_diff_of_a_whole_suite_run(width, tmp_path):
+    """`perfgate refresh` of a whole-suite run against the committed CPU baselines, in a pipe."""
+    out = subprocess.run([sys.executable, "-m", "perfgate.cli", "refresh", str(WITH_REGRESSION), "--root", str(ROOT),
+                          "--baselines", str(ROOT / "baselines")], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(width)}, stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and "not written: pass --yes" in out.stderr  # no terminal: shows, writes nothing
+    lines = out.stdout.splitlines()
+    doc = json.loads(WITH_REGRESSION.read_text())
+    rows = [[run_report.fmt_number(r["summary"]["median"]), r["unit"]] for r in doc["results"]]
+    for line in lines:
+        assert cells(line) <= width, line
+    text = "\n".join(lines)
+    assert any(re.search(r"metric\s+old\s+new\s+unit\s+change", line) for line in lines)
+    for new, unit in rows:  # the new value and its unit, whole and side by side
+        assert re.search(rf"\s{re.escape(new)}\s+{re.escape(unit)}\s", text + " "), (new, unit)
