@@ -297,3 +297,16 @@ def test_refresh_diff_of_a_whole_suite_run(width, tmp_path):
     assert any(re.search(r"metric\s+old\s+new\s+unit\s+change", line) for line in lines)
     for new, unit in rows:  # the new value and its unit, whole and side by side
         assert re.search(rf"\s{re.escape(new)}\s+{re.escape(unit)}\s", text + " "), (new, unit)
+
+
+def test_readme_shows_the_render_of_its_named_results_file():
+    """README's "Reading the report" block is this file's render at 100 columns, not a sketch."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Reading the report", 1)[1]
+    assert "runs/cpu-AMD-EPYC-2c/ci-4e77f1c.json" in section.split("```", 1)[0]
+    block = section.split("```\n", 2)[1].rstrip("\n").split("\n```")[0]
+    doc, results = load(WITH_REGRESSION)
+    lines = run_report.terminal_lines(results, hardware_id=doc["hardware_id"], width=100,
+                                      full_table_at="results/summary.md",
+                                      current_software=doc["fingerprint"]["software"])
+    assert block == "\n".join(ln.text for ln in lines)
