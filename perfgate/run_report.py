@@ -158,6 +158,13 @@ def _clauses(first: str, clauses: list[str], width: int, indent: str) -> list[st
     return lines
 
 
+def attention_title(attention: list[MetricResult], total: int) -> str:
+    """``needs attention: 3 of 743 metrics (regression, new (recorded))``: the kinds present,
+    most urgent first, so an outcome added later names itself."""
+    kinds = list(dict.fromkeys(outcomes.label(r) for r in attention))
+    return f"needs attention: {len(attention)} of {total} metrics ({', '.join(kinds)})"
+
+
 def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int, table: str = "attention",
                    full_table_at: str | None = None, all_option: str = "--perf-table=all",
                    current_software: dict | None = None, notes: Iterable[str] = ()) -> list[Line]:
@@ -182,10 +189,11 @@ def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int,
         failing = sum(1 for r in attention if outcomes.may_fail(r))
         shown = attention[:max(TERMINAL_ATTENTION_LIMIT, failing)]
         lines.append(Line(""))
-        lines += metric_table(shown, width=width, title=f"needs attention: {len(attention)} of {len(results)} "
-                                                          f"metrics (regression, noisy, new, improved, tainted)")
+        lines += metric_table(shown, width=width, title=attention_title(attention, len(results)))
         if len(shown) < len(attention):
-            lines.append(Line(f"... and {len(attention) - len(shown)} more rows needing attention"))
+            more = f"... and {len(attention) - len(shown)} more rows needing attention"
+            lines += [Line(t) for t in wrap_words(more + (f" (all in {full_table_at})" if full_table_at else ""),
+                                                  width, "    ")]
     elif table == "attention":
         lines.append(Line(f"no metric needs attention ({len(results)} recorded)"))
     regressions = [r for r in results if r.gated and r.outcome == "regression"]
@@ -212,14 +220,16 @@ def _md_table(results: Iterable[MetricResult]) -> list[str]:
 
 
 def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | None,
-             current_software: dict | None, skipped_by_budget: list[str] | None = None) -> str:
+             current_software: dict | None, skipped_by_budget: list[str] | None = None,
+             notes: Iterable[str] = ()) -> str:
     """The CI job summary: verdict, per-area counts, attention rows, then every row collapsed.
 
     About 150 bytes a row, so the whole CPU suite (~750 metrics, twice) stays far below
-    GitHub's 1 MiB job-summary limit."""
+    GitHub's 1 MiB job-summary limit. ``notes`` as in terminal_lines."""
     summary = outcomes.summary(results)
-    lines = [f"## perfgate: {hardware_id}", "", f"**{verdict_line(summary, hardware_id)}**", "",
-             f"commit `{commit or '?'}`", "", "| area | gated | recorded only |", "|---|---|---|"]
+    lines = [f"## perfgate: {hardware_id}", "", f"**{verdict_line(summary, hardware_id)}**", ""]
+    lines += [f"> {note}" for note in notes] + ([""] if notes else [])
+    lines += [f"commit `{commit or '?'}`", "", "| area | gated | recorded only |", "|---|---|---|"]
     for area, b in summary["areas"].items():
         g, rec = b["gated"], b["recorded_only"]
         cell_g = f"{g['metrics']}: {_counts_text(g)}" if g["metrics"] else "0"

@@ -310,3 +310,27 @@ def test_readme_shows_the_render_of_its_named_results_file():
                                       full_table_at="results/summary.md",
                                       current_software=doc["fingerprint"]["software"])
     assert block == "\n".join(ln.text for ln in lines)
+
+
+def test_an_outcome_added_later_is_counted_listed_and_never_capped():
+    """Outcomes other helpers add (identity's not-comparable, say) need no change here."""
+    import dataclasses
+
+    doc, results = load(CLEAN)
+    k = next(i for i, r in enumerate(results) if r.gated and r.outcome == "pass")
+    results[k] = dataclasses.replace(results[k], verdict=dict(results[k].verdict, outcome="not-comparable"))
+    s = outcomes.summary(results)
+    assert s["gated"]["not-comparable"] == 1
+    lines = [ln.text for ln in run_report.terminal_lines(results, hardware_id=doc["hardware_id"], width=80)]
+    assert "1 not-comparable" in lines[0] + lines[1]
+    assert any(line.endswith("  not-comparable") for line in lines)
+    att = outcomes.attention(results)
+    assert outcomes.may_fail(results[k])
+    assert [r.outcome for r in att if r.gated][:3] == ["noisy", "not-comparable", "improved"]  # after noisy
+
+
+def test_markdown_notes_follow_the_verdict():
+    doc, results = load(CLEAN)
+    md = run_report.markdown(results, hardware_id=doc["hardware_id"], commit=doc["commit"], current_software=None,
+                             notes=["machine tainted, metrics not gated (--perf-allow-tainted to gate anyway): load"])
+    assert md.splitlines()[4] == "> machine tainted, metrics not gated (--perf-allow-tainted to gate anyway): load"
