@@ -490,8 +490,7 @@ def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
     if config.getoption("--perf-markdown"):
         md = report.markdown(state.results, hardware_id=state.hardware_id, commit=doc["commit"],
                              current_software=doc["fingerprint"]["software"],
-                             skipped_by_budget=state.skipped_by_budget)
-        md += "".join(f"\n> {line}\n" for line in report_notes(state.results, state.hardware_id))
+                             skipped_by_budget=state.skipped_by_budget, notes=_report_notes(state))
         Path(config.getoption("--perf-markdown")).parent.mkdir(parents=True, exist_ok=True)
         Path(config.getoption("--perf-markdown")).write_text(md)
     if config.getoption("--perf-refresh"):
@@ -511,6 +510,17 @@ def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
             state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
 
 
+def _report_notes(state: _PerfState) -> list[str]:
+    """What qualifies the run's verdict (a busy machine), said right under it."""
+    notes = []
+    if state.tainted:
+        gate_note = "gated anyway (--perf-allow-tainted)" if state.allow_tainted else \
+            "not gated (--perf-allow-tainted to gate anyway)"
+        notes.append(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted))
+    notes.extend(report_notes(state.results, state.hardware_id))  # fallback baselines, fingerprint changes
+    return notes
+
+
 _MARKUP = {"regression": {"red": True, "bold": True}, "noisy": {"yellow": True}, "improved": {"cyan": True},
            "new": {"blue": True}, "verdict": {"green": True, "bold": True}, "note": {"yellow": True}}
 
@@ -526,15 +536,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     tr = terminalreporter
     tr.section("perfgate")
-    notes = []
-    if state.tainted:
-        gate_note = "gated anyway (--perf-allow-tainted)" if state.allow_tainted else \
-            "not gated (--perf-allow-tainted to gate anyway)"
-        notes.append(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted))
-    notes.extend(report_notes(state.results, state.hardware_id))
     lines = report.terminal_lines(state.results, hardware_id=state.hardware_id,
                                   width=resolve_width(isatty=bool(tr.isatty()), tty_width=tr._tw.fullwidth),
-                                  table=config.getoption("--perf-table"), notes=notes,
+                                  table=config.getoption("--perf-table"), notes=_report_notes(state),
                                   full_table_at=config.getoption("--perf-markdown"),
                                   current_software=hardware.fingerprint()["software"])
     for line in lines:

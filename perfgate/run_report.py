@@ -81,16 +81,28 @@ def _software(sw: dict | None) -> str:
     return ", ".join(f"{k} {sw[k]}" for k in keys if sw.get(k)) or "software unknown"
 
 
+def _where(b: dict) -> str:
+    where = f"{b.get('provenance', '?')}, {b.get('when') or 'date unknown'}, commit {b.get('commit') or '?'}"
+    return where + (f", {b['source']}" if b.get("source") else "")
+
+
 def regression_line(r: MetricResult, current_software: dict | None) -> str:
     b = r.baseline or {}
-    prov = b.get("provenance", "?")
-    where = f"{prov}, {b.get('when') or 'date unknown'}, commit {b.get('commit') or '?'}"
-    if b.get("source"):
-        where += f", {b['source']}"
     return (f"{r.test_id} {r.metric}: {r.verdict.get('explanation')}. "
-            f"baseline {fmt_number(b.get('median'))} {r.unit} ({where}; {_software(b.get('software'))}) "
+            f"baseline {fmt_number(b.get('median'))} {r.unit} ({_where(b)}; {_software(b.get('software'))}) "
             f"vs current {fmt_number(r.summary.median)} {r.unit} ({_software(current_software)}). "
             f"Re-run: {r.rerun}")
+
+
+def regression_detail(r: MetricResult, current_software: dict | None, width: int) -> list[str]:
+    """regression_line for a terminal: one clause a line, so a value and its unit start a line."""
+    b = r.baseline or {}
+    lines = wrap_words(f"REGRESSION {short_id(r.test_id)} {r.metric}", width, "    ")  # Re-run has the path
+    for clause in (str(r.verdict.get("explanation")),
+                   f"baseline {fmt_number(b.get('median'))} {r.unit}: {_where(b)}; {_software(b.get('software'))}",
+                   f"current {fmt_number(r.summary.median)} {r.unit}: {_software(current_software)}"):
+        lines += wrap_words("    " + clause, width, "      ")
+    return lines + [f"    Re-run: {r.rerun}"]  # whole, to copy: never folded
 
 
 def _plural(n: int, word: str) -> str:
@@ -146,6 +158,13 @@ def _clauses(first: str, clauses: list[str], width: int, indent: str) -> list[st
     return lines
 
 
+def attention_title(attention: list[MetricResult], total: int) -> str:
+    """``needs attention: 3 of 743 metrics (regression, new (recorded))``: the kinds present,
+    most urgent first, so an outcome added later names itself."""
+    kinds = list(dict.fromkeys(outcomes.label(r) for r in attention))
+    return f"needs attention: {len(attention)} of {total} metrics ({', '.join(kinds)})"
+
+
 def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int, table: str = "attention",
                    full_table_at: str | None = None, all_option: str = "--perf-table=all",
                    current_software: dict | None = None, notes: Iterable[str] = ()) -> list[Line]:
@@ -170,17 +189,16 @@ def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int,
         failing = sum(1 for r in attention if outcomes.may_fail(r))
         shown = attention[:max(TERMINAL_ATTENTION_LIMIT, failing)]
         lines.append(Line(""))
-        lines += metric_table(shown, width=width, title=f"needs attention: {len(attention)} of {len(results)} "
-                                                          f"metrics (regression, noisy, new, improved, tainted)")
+        lines += metric_table(shown, width=width, title=attention_title(attention, len(results)))
         if len(shown) < len(attention):
-            lines.append(Line(f"... and {len(attention) - len(shown)} more rows needing attention"))
+            more = f"... and {len(attention) - len(shown)} more rows needing attention"
+            lines += [Line(t) for t in wrap_words(more + (f" (all in {full_table_at})" if full_table_at else ""),
+                                                  width, "    ")]
     elif table == "attention":
         lines.append(Line(f"no metric needs attention ({len(results)} recorded)"))
     regressions = [r for r in results if r.gated and r.outcome == "regression"]
     for r in regressions:
-        text, _, rerun = regression_line(r, current_software).rpartition(" Re-run: ")
-        lines += [Line(t, "regression") for t in wrap_words("REGRESSION " + text, width, "    ")]
-        lines.append(Line(f"    Re-run: {rerun}", "regression"))  # whole, to copy: never folded
+        lines += [Line(t, "regression") for t in regression_detail(r, current_software, width)]
     if table != "all":
         hint = (f"full table: {full_table_at}; {all_option} prints it here" if full_table_at
                 else f"full table: {all_option} prints every metric")
@@ -202,14 +220,16 @@ def _md_table(results: Iterable[MetricResult]) -> list[str]:
 
 
 def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | None,
-             current_software: dict | None, skipped_by_budget: list[str] | None = None) -> str:
+             current_software: dict | None, skipped_by_budget: list[str] | None = None,
+             notes: Iterable[str] = ()) -> str:
     """The CI job summary: verdict, per-area counts, attention rows, then every row collapsed.
 
     About 150 bytes a row, so the whole CPU suite (~750 metrics, twice) stays far below
-    GitHub's 1 MiB job-summary limit."""
+    GitHub's 1 MiB job-summary limit. ``notes`` as in terminal_lines."""
     summary = outcomes.summary(results)
-    lines = [f"## perfgate: {hardware_id}", "", f"**{verdict_line(summary, hardware_id)}**", "",
-             f"commit `{commit or '?'}`", "", "| area | gated | recorded only |", "|---|---|---|"]
+    lines = [f"## perfgate: {hardware_id}", "", f"**{verdict_line(summary, hardware_id)}**", ""]
+    lines += [f"> {note}" for note in notes] + ([""] if notes else [])
+    lines += [f"commit `{commit or '?'}`", "", "| area | gated | recorded only |", "|---|---|---|"]
     for area, b in summary["areas"].items():
         g, rec = b["gated"], b["recorded_only"]
         cell_g = f"{g['metrics']}: {_counts_text(g)}" if g["metrics"] else "0"

@@ -11,7 +11,8 @@ what is left goes to the folding ones. Three layouts, the first that fits:
 - cards: the whole columns alone are wider than the width (calibrate at 80 columns), so
   each row becomes wrapped ``header: value`` items.
 
-A line is longer than the width only where a single unbreakable value is.
+A line is longer than the width only where a single unbreakable value is. Widths are
+terminal cells (a CJK character of an imported source takes two), not characters.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Sequence
+
+from rich.cells import cell_len
 
 SEP = "  "
 INDENT = "  "
@@ -58,26 +61,45 @@ def stdout_width() -> int:
     return resolve_width(isatty=isatty, tty_width=shutil.get_terminal_size().columns if isatty else None)
 
 
+def cells(text: str) -> int:
+    return cell_len(text)
+
+
+def pad(text: str, width: int, align: str = "left") -> str:
+    fill = " " * max(0, width - cells(text))
+    return fill + text if align == "right" else text + fill
+
+
+def _hard_split(piece: str, width: int) -> list[str]:
+    out, cur = [], ""
+    for ch in piece:
+        if cur and cells(cur + ch) > width:
+            out.append(cur)
+            cur = ""
+        cur += ch
+    return out + [cur]
+
+
 _BREAK = re.compile(r"(?<=[/:\-_, =.])|(?=\[)")
 
 
 def fold(text: str, width: int) -> list[str]:
     """Wrap a name at its natural joints (`/`, `::`, `-`, `_`, `,`, before `[`), never
     mid-piece unless one piece alone is wider than ``width``."""
-    width = max(1, width)
-    if len(text) <= width:
+    width = max(2, width)
+    if cells(text) <= width:
         return [text]
     lines: list[str] = []
     cur = ""
     for piece in (p for p in _BREAK.split(text) if p):
-        if len(cur) + len(piece) <= width:
+        if cells(cur) + cells(piece) <= width:
             cur += piece
             continue
         if cur:
             lines.append(cur.rstrip() or cur)
-        while len(piece) > width:
-            lines.append(piece[:width])
-            piece = piece[width:]
+        if cells(piece) > width:
+            *whole, piece = _hard_split(piece, width)
+            lines += whole
         cur = piece.lstrip() if lines else piece
     if cur:
         lines.append(cur)
@@ -94,7 +116,7 @@ def wrap_words(text: str, width: int, indent: str = "") -> list[str]:
     for w in words:
         candidate = f"{cur} {w}" if cur.strip() else cur + w
         prefix = indent if lines else ""
-        if cur.strip() and len(prefix) + len(candidate) > width:
+        if cur.strip() and cells(prefix + candidate) > width:
             lines.append(prefix + cur)
             cur = w
         else:
@@ -108,7 +130,7 @@ def pack(items: Sequence[str], width: int, indent: str = "", sep: str = SEP) -> 
     lines: list[str] = []
     cur = ""
     for item in items:
-        if cur and len(indent) + len(cur) + len(sep) + len(item) > width:
+        if cur and cells(indent + cur + sep + item) > width:
             lines.append(indent + cur)
             cur = item
         else:
@@ -119,13 +141,13 @@ def pack(items: Sequence[str], width: int, indent: str = "", sep: str = SEP) -> 
 
 
 def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]], avail: int,
-            keep_whole: set[int] = frozenset()) -> list[int] | None:
+            keep_whole: set[int] = frozenset(), allow_fold: bool = True) -> list[int] | None:
     """Column widths within ``avail``, folding only fold columns (not those in keep_whole)."""
-    natural = [max([len(c.header)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
-    foldable = [i for i, c in enumerate(columns) if c.fold and i not in keep_whole]
+    natural = [max([cells(c.header)] + [cells(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    foldable = [i for i, c in enumerate(columns) if c.fold and i not in keep_whole and allow_fold]
     minimum = list(natural)
     for i in foldable:
-        minimum[i] = min(natural[i], max(len(columns[i].header), MIN_FOLD))
+        minimum[i] = min(natural[i], max(cells(columns[i].header), MIN_FOLD))
     seps = len(SEP) * (len(columns) - 1)
     if sum(minimum) + seps > avail:
         return None
@@ -143,7 +165,7 @@ def _widths(columns: Sequence[Column], rows: Sequence[Sequence[str]], avail: int
 def _grid(columns: Sequence[Column], rows: Sequence[Sequence[str]], styles: Sequence[str | None],
           widths: list[int], indent: str = "") -> list[Line]:
     def cell(text: str, i: int) -> str:
-        return text.rjust(widths[i]) if columns[i].align == "right" else text.ljust(widths[i])
+        return pad(text, widths[i], columns[i].align)
 
     out = [Line((indent + SEP.join(cell(c.header, i) for i, c in enumerate(columns))).rstrip())]
     for row, style in zip(rows, styles):
@@ -172,13 +194,15 @@ def render(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, width: i
     styles = list(styles) if styles is not None else [None] * len(rows)
     out = [Line(t) for t in wrap_words(title, width)] if title else []
     group = next((i for i, c in enumerate(columns) if c.group), None)
-    widths = _widths(columns, rows, width, keep_whole={group} if group is not None else set())
-    if widths is not None:
-        return out + _grid(columns, rows, styles, widths)
-    if group is not None:
-        rest = [c for i, c in enumerate(columns) if i != group]
-        sub_rows = [[c for i, c in enumerate(r) if i != group] for r in rows]
-        sub_widths = _widths(rest, sub_rows, width - len(INDENT))
+    keep = {group} if group is not None else set()
+    rest = [c for i, c in enumerate(columns) if i != group]
+    sub_rows = [[c for i, c in enumerate(r) if i != group] for r in rows]
+    for allow_fold in (False, True):  # folding a name only when no layout fits it whole
+        widths = _widths(columns, rows, width, keep, allow_fold)
+        if widths is not None:
+            return out + _grid(columns, rows, styles, widths)
+        sub_widths = _widths(rest, sub_rows, width - len(INDENT), allow_fold=allow_fold) if group is not None \
+            else None
         if sub_widths is not None:
             out += _grid(rest, [], [], sub_widths, INDENT)
             for value, grows, gstyles in _groups(rows, styles, group):
@@ -203,6 +227,6 @@ def _cards(columns: Sequence[Column], rows: Sequence[Sequence[str]], styles: Seq
                 continue
             item = f"{c.header}: {row[i]}"
             # a long name folds onto lines of its own; numbers stay whole items
-            items += fold(item, width - len(INDENT)) if c.fold and len(item) > width - len(INDENT) else [item]
+            items += fold(item, width - len(INDENT)) if c.fold and cells(item) > width - len(INDENT) else [item]
         out += [Line(t, style) for t in pack(items, width, INDENT)]
     return out

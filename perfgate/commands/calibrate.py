@@ -172,14 +172,14 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else (f"{x:.1%}" if x >= 0.001 else "<0.1%")
 
 
-def table(cals: list[Calibration], *, alpha: float, power: float, title: str, width: int) -> list[Line]:
-    """Short headers (explained in the legend below the table) so the numbers fit at 100 columns.
+COLUMNS = (Column("test", fold=True, group=True), Column("metric", fold=True), Column("runs", "right"),
+           Column("median", "right"), Column("unit"), Column("within", "right"), Column("run-to-run", "right"),
+           Column("tol", "right"), Column("alarms", "right"), Column("proposed", "right"),
+           Column("alarms", "right"), Column("detectable", "right"))
 
-    A row whose configured tolerance false-alarms more often than alpha is marked ``!``."""
-    columns = (Column("test", fold=True, group=True), Column("metric", fold=True), Column("runs", "right"),
-               Column("median", "right"), Column("unit"), Column("within", "right"),
-               Column("run-to-run", "right"), Column("tol", "right"), Column("alarms", "right"),
-               Column("proposed", "right"), Column("alarms", "right"), Column("detectable", "right"))
+
+def table_rows(cals: list[Calibration], *, alpha: float, power: float) -> tuple[list[list[str]], list[str | None]]:
+    """One row per metric; a configured tolerance that false-alarms more often than alpha is marked ``!``."""
     rows, styles = [], []
     for c in cals:
         fa_conf = false_alarm_rate(c.configured, c.spread)
@@ -191,7 +191,13 @@ def table(cals: list[Calibration], *, alpha: float, power: float, title: str, wi
                      _pct(c.proposed, c.absolute), _rate(fa_prop),
                      _pct(detectable(c.spread, alpha=alpha, power=power), c.absolute)])
         styles.append("noisy" if loud else None)
-    return render(columns, rows, width=width, title=title, styles=styles)
+    return rows, styles
+
+
+def table(cals: list[Calibration], *, alpha: float, power: float, title: str, width: int) -> list[Line]:
+    """Short headers (explained in the legend printed below) so the numbers fit at 100 columns."""
+    rows, styles = table_rows(cals, alpha=alpha, power=power)
+    return render(COLUMNS, rows, width=width, title=title, styles=styles)
 
 
 def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float, fraction_floor: float
