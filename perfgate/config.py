@@ -101,6 +101,9 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
             raise ConfigError(f"{where}.tolerances.{family}: unknown unit family; "
                               f"known: {sorted(DEFAULT_TOLERANCES)}")
         settings.tolerances[family] = _number(value, f"{where}.tolerances.{family}")
+        if family == "fraction" and value >= 1:
+            raise ConfigError(f"{where}.tolerances.fraction: {value!r} is an absolute change >= 1, wider than any "
+                              f"fraction's range [0, 1], so it could never fail; use e.g. 0.03")
     for pattern, value in _table(table.get("overrides"), f"{where}.overrides").items():
         settings.overrides[pattern] = _number(value, f"{where}.overrides.{pattern!r}")
     for pattern, reason in _table(table.get("record_only"), f"{where}.record_only").items():

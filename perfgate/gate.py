@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from perfgate import guard
 from perfgate.baselines import BaselineEntry
-from perfgate.config import ABS_FLOORS, Settings
+from perfgate.config import ABS_FLOORS, ConfigError, Settings
 from perfgate.fingerprint_check import FingerprintDiff, not_comparable
 from perfgate.metrics import RATIO_FAMILIES, UNIT_FAMILIES, Metric, summarize
 from perfgate.results import MetricResult, area_of
-from perfgate.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide
+from perfgate.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide, is_exact
 
 
 def is_gated(unit: str, hardware_id: str, gate: str) -> bool:
@@ -36,6 +36,15 @@ def tolerance(settings: Settings, test_id: str, metric: Metric, entry: BaselineE
     if metric.tol is not None:
         return float(metric.tol)
     return settings.tolerances[metric.family]
+
+
+def check_fraction_range(test_id: str, metric: str, better: str, baseline: float, tol: float) -> None:
+    """A fraction lives in [0, 1]: a tolerance that lets it worsen past that edge can never fail."""
+    room = (1.0 - baseline) if better == "lower" else baseline
+    if tol >= room:
+        raise ConfigError(f"{test_id} {metric}: tolerance {tol:g} is wider than the fraction's room to worsen "
+                          f"from its baseline {baseline:.3g} ({room:.3g}), so it can never fail; lower it in "
+                          f"baselines/<hardware-id>/tolerances.toml or the test's tol")
 
 
 def baseline_view(entry: BaselineEntry) -> dict:
@@ -66,10 +75,13 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
         if entry.unit != metric.unit or entry.better != metric.better:
             raise ValueError(f"{test_id} {metric.name}: baseline is {entry.unit}/{entry.better}-is-better, "
                              f"the test now records {metric.unit}/{metric.better}; refresh the baseline")
+        if absolute:
+            check_fraction_range(test_id, metric.name, metric.better, entry.summary.median, tol)
         few = entry.summary.n < MIN_SAMPLES_FOR_RANK_TEST or len(entry.summary.samples) < MIN_SAMPLES_FOR_RANK_TEST
+        exact = entry.provenance.startswith("measured") and is_exact(entry.summary.samples, entry.summary.n, values)
         verdict = decide(list(entry.summary.samples), values, better=metric.better, tol=tol, absolute_tol=absolute,
                          abs_floor=ABS_FLOORS.get(metric.unit, 0.0),
-                         baseline_median=entry.summary.median if few else None)
+                         baseline_median=entry.summary.median if few and not exact else None, exact=exact)
     gated = (is_gated(metric.unit, hardware_id, settings.gate) and not tainted
              and (settings.gate == "all" or settings.record_only_reason(test_id, metric.name) is None))
     if (entry is not None and not gated and not tainted and not fallback and metric.family != "fraction"

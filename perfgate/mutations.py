@@ -13,7 +13,7 @@ set, the plugin writes the names into the results document (``test_mutations``) 
 ``--perf-refresh``; ``perfgate refresh`` refuses such results files: nobody can turn a run with a
 planted bug into a baseline. docs/mutations.md has the table of bugs, metrics and tolerances.
 
-The older ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=k`` (workloads/collectives) is the same kind of
+The older ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=k`` (workloads/collectives/ops.py) is the same kind of
 knob with a factor; ``collective_repeat`` here is its fixed k = 4 form.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Mutation:
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("collective_repeat", "collectives",
-             "every timed gloo/NCCL collective is issued 4 times", "perfgate/workloads/collectives.py"),
+             "every timed gloo/NCCL collective is issued 4 times", "perfgate/workloads/collectives/ops.py"),
     Mutation("sequential_segments", "offload",
              "the three segments of an expert are read one after another by one thread instead of in parallel",
              "perfgate/workloads/offload/expert_reads.py (ExpertReader.plan)"),

@@ -80,12 +80,15 @@ def decide(
     abs_floor: float = 0.0,
     alpha: float = ALPHA,
     baseline_median: float | None = None,
+    exact: bool = False,
 ) -> Verdict:
     """Compare current samples with baseline samples for one metric.
 
     ``abs_floor``: changes smaller than this in the metric's own unit always pass (a 1 us
     swing on a 15 us latency is 7 % and meaningless). ``baseline_median`` overrides the
     median of ``baseline`` (imported reference numbers carry a median, not samples).
+    ``exact``: the value is deterministic (see :func:`is_exact`), so a change beyond tolerance
+    is certain and needs no significance test (a one-sample metric could never reach one).
     """
     if better not in ("higher", "lower"):
         raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
@@ -107,6 +110,10 @@ def decide(
     if abs(cur_med - base_med) <= abs_floor or abs(change) <= tol * (1 + 1e-9) + 1e-12:
         return Verdict(Outcome.PASS, change, tol, None, f"change {shown} within tolerance {limit}")
     worse = change > 0
+    if exact:
+        return Verdict(Outcome.REGRESSION if worse else Outcome.IMPROVED, change, tol, 0.0,
+                       f"{'worse' if worse else 'better'} by {shown if worse else shown[1:]} (tolerance {limit}), "
+                       f"a deterministic value (every baseline run and this run agree exactly)")
     if len(base) >= MIN_SAMPLES_FOR_RANK_TEST and len(cur) >= MIN_SAMPLES_FOR_RANK_TEST and baseline_median is None:
         p = _p_worse(base, cur, better) if worse else _p_worse(cur, base, better)
         test = "Mann-Whitney U"
@@ -126,6 +133,13 @@ def decide(
         return Verdict(Outcome.IMPROVED, change, tol, p,
                        f"better by {shown[1:]} ({test} p={p:.3g}): consider refreshing the baseline")
     return Verdict(Outcome.PASS, change, tol, p, f"better by {shown[1:]}, not significant")
+
+
+def is_exact(baseline: Sequence[float], baseline_n: int, current: Sequence[float]) -> bool:
+    """A deterministic value (a parameter-count ratio, a simulated hit rate of one trace): the
+    baseline pooled over at least two runs has no spread, and neither has this run."""
+    return (baseline_n >= 2 and len(baseline) >= 1 and len(current) >= 1
+            and min(baseline) == max(baseline) and min(current) == max(current))
 
 
 def _median(sorted_values: Sequence[float]) -> float:

@@ -13,6 +13,7 @@ import pytest
 
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.metrics import paired_ratio
+from perfgate.workloads.serving.prometheus_counters import StepCounters
 from perfgate.workloads.serving.serving_metrics import summarize
 from perfgate.workloads.serving.starvation import starved
 
@@ -33,12 +34,14 @@ def test_concurrency_sweep(perf, vllm_dense, record_latency, concurrency):
     p = vllm_dense.profile
     if concurrency not in p.concurrency:
         pytest.skip(f"C={concurrency} is not in the {p.name} profile's sweep {p.concurrency}")
-    at_c, at_1, raw = [], [], []
+    at_c, at_1, raw, per_step = [], [], [], []
     for rep in range(p.reps):
         if concurrency > 1:  # the C=1 reference, alternating with the measured level
             _, ref = _phase(vllm_dense, 1, seed=1000 + rep)
             at_1.append(ref)
+        before = StepCounters.read(vllm_dense.base_url)
         result, s = _phase(vllm_dense, concurrency, seed=2000 + rep)
+        per_step.append(StepCounters.read(vllm_dense.base_url).tokens_per_step_since(before))
         at_c.append(s)
         raw.append({"rep": rep, "summary": s.to_dict(), "records": [r.to_dict() for r in result.records]})
 
@@ -47,6 +50,10 @@ def test_concurrency_sweep(perf, vllm_dense, record_latency, concurrency):
     perf.record("total_tok_s", [s.total_token_throughput_tok_s for s in at_c], unit="tok/s", better="higher")
     record_latency(perf, at_c)
     if at_1:
+        # The server's own batch: generated tokens per engine step over the phase at C (1.0 at
+        # C=1 by construction, so recorded only above it). No client starvation or machine drift
+        # moves it; a server that stops batching reads 1.0.
+        perf.record("generated_tokens_per_step", per_step, unit="x", better="higher")
         perf.record("output_tok_s_vs_c1", paired_ratio([s.output_throughput_tok_s for s in at_c],
                                                        [s.output_throughput_tok_s for s in at_1]),
                     unit="x", better="higher")

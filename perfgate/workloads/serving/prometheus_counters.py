@@ -54,3 +54,28 @@ class PrefixCacheCounters:
         """Token hit rate over the interval; NaN when nothing was looked up."""
         dq = self.queries - before.queries
         return (self.hits - before.hits) / dq if dq > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class StepCounters:
+    """Tokens generated and engine steps taken: their increments over a phase give the mean
+    decode batch (generated tokens per step). A server that batches C concurrent requests reads
+    close to C; one that serves requests one at a time reads 1.0, whatever the machine's speed
+    and however late the client reads its stream."""
+
+    generation_tokens: float
+    steps: float
+
+    @classmethod
+    def read(cls, base_url: str) -> "StepCounters":
+        c = scrape(base_url)
+        gen, steps = c.get("vllm:generation_tokens_total"), c.get("vllm:iteration_tokens_total_count")
+        if gen is None or steps is None:
+            raise KeyError(f"{base_url}/metrics has no vllm:generation_tokens_total / "
+                           "vllm:iteration_tokens_total counters (vLLM without V1 metrics?)")
+        return cls(generation_tokens=gen, steps=steps)
+
+    def tokens_per_step_since(self, before: "StepCounters") -> float:
+        """Generated tokens per engine step over the interval; NaN when no step ran."""
+        ds = self.steps - before.steps
+        return (self.generation_tokens - before.generation_tokens) / ds if ds > 0 else float("nan")

