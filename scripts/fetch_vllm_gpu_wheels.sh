@@ -30,33 +30,41 @@ CARRY="$ROOT/.vllm-carry"
 VLLM=(vllm==0.24.0)
 
 # Found by trying on a lent H200 (2026-12-01): the distributions whose modules the API
-# server, the engine core and `vllm bench serve` import (docs/serving.md lists why each).
+# server, the engine core and `vllm bench serve` imported while the whole GPU serving suite
+# ran (scripts/vllm_import_trace.py over PYTHONPROFILEIMPORTTIME logs), then confirmed by a
+# second run with these alone. docs/serving.md gives the reason for each.
 MINIMAL=(
     fastapi==0.136.3 starlette==1.10.0 uvicorn==0.54.0 python-multipart==0.0.34
+    httptools==0.9.0 websockets==17.4 email-validator==2.4.0
     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
-    openai==3.57.0 jiter==0.19.0 sniffio==1.3.1 httpx2==2.16.2 httpcore2==2.16.2
-    prometheus-fastapi-instrumentator==8.1.0 pyzmq==27.3.0 msgspec==0.23.0 blake3==1.0.11
+    pydantic-extra-types==2.11.1
+    openai==3.57.0 httpx2==2.16.2 sniffio==1.3.1 openai-harmony==0.0.8
+    prometheus-fastapi-instrumentator==8.1.0 pyzmq==27.3.0 msgspec==0.23.0
     cachetools==8.0.2 cbor2==6.3.0 pybase64==1.5.1 partial-json-parser==0.2.1.1.post7
-    setproctitle==1.3.8 python-json-logger==4.2.0 ijson==3.6.0 diskcache==5.6.3 lark==1.2.2
-    lm-format-enforcer==0.11.3 interegular==0.3.3 outlines-core==0.2.14 xgrammar==0.2.3
-    apache-tvm-ffi==0.1.9 mistral-common==1.13.1 pydantic-extra-types==2.11.1 pycountry==26.2.16
-    jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
-    compressed-tensors==0.17.0 loguru==0.7.3 depyf==0.20.0 astor==0.8.1 dill==0.4.1
-    watchfiles==1.3.0 openai-harmony==0.0.8 anthropic==2.14.0 docstring-parser==0.18.0
-    model-hosting-container-standards==0.1.16 jmespath==1.1.0 supervisor==4.3.0
-    mcp==2.3.0 mcp-types==2.3.0 sse-starlette==3.7.0 pydantic-settings==2.16.3 python-dotenv==1.2.4
-    pyjwt==2.15.1 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12
+    setproctitle==1.3.8 watchfiles==1.3.0 dill==0.4.1
+    xgrammar==0.2.3 apache-tvm-ffi==0.1.9
+    llguidance==1.6.1
+    model-hosting-container-standards==0.1.16 jmespath==1.1.0
     opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2
-    opentelemetry-semantic-conventions-ai==0.5.1
+    opentelemetry-proto==1.45.2 opentelemetry-exporter-otlp-proto-http==1.45.2
+    googleapis-common-protos==1.76.0
 )
 
-# The first guess: MINIMAL plus what the trial showed nobody imports.
+# The first guess: MINIMAL plus the runtime requirements of vllm 0.24.0 (and theirs) that no
+# process imported in the trial; flashinfer, cutlass-dsl, tilelang and the other kernel
+# packages of other backends were left out from the start (see VLLM_USE_FLASHINFER_SAMPLER).
 CANDIDATES=(
     "${MINIMAL[@]}"
-    email-validator==2.4.0 dnspython==2.9.2 httptools==0.9.0 websockets==17.4
-    googleapis-common-protos==1.76.0 opentelemetry-proto==1.45.2
-    opentelemetry-exporter-otlp==1.45.2 opentelemetry-exporter-otlp-proto-grpc==1.45.2
-    opentelemetry-exporter-otlp-proto-http==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2
+    anthropic==2.14.0 docstring-parser==0.18.0 httpcore2==2.16.2 jiter==0.19.0
+    blake3==1.0.11 ijson==3.6.0 python-json-logger==4.2.0 diskcache==5.6.3 lark==1.2.2
+    lm-format-enforcer==0.11.3 interegular==0.3.3 outlines-core==0.2.14
+    mistral-common==1.13.1 pycountry==26.2.16 jsonschema==4.26.0 jsonschema-specifications==2025.9.1
+    referencing==0.37.0 rpds-py==2026.9.1 compressed-tensors==0.17.0 loguru==0.7.3
+    depyf==0.20.0 astor==0.8.1 supervisor==4.3.0
+    mcp==2.3.0 mcp-types==2.3.0 sse-starlette==3.7.0 pydantic-settings==2.16.3 python-dotenv==1.2.4
+    pyjwt==2.15.1 cryptography==50.0.2 cffi==2.1.1 pycparser==3.12 dnspython==2.9.2
+    opentelemetry-semantic-conventions-ai==0.5.1 opentelemetry-exporter-otlp==1.45.2
+    opentelemetry-exporter-otlp-proto-grpc==1.45.2 opentelemetry-exporter-otlp-proto-common==1.45.2
     opentelemetry-exporter-otlp-common==0.66b2 opentelemetry-exporter-http-transport==0.66b2
 )
 
@@ -90,7 +98,7 @@ n=$(ls "$WHL"/*.whl | wc -l)
 # One tar, cut into pieces; MANIFEST (in every piece folder) holds the tar's SHA256.
 rm -rf "$CARRY"
 mkdir -p "$CARRY/tmp"
-tar -C "$WHL" -cf "$CARRY/tmp/wheels.tar" .
+tar -C "$WHL" --sort=name -cf "$CARRY/tmp/wheels.tar" .
 sum=$(sha256sum "$CARRY/tmp/wheels.tar" | cut -d' ' -f1)
 split -b "$PIECE_BYTES" -d -a 2 "$CARRY/tmp/wheels.tar" "$CARRY/tmp/wheels.tar.part"
 pieces=$(ls "$CARRY"/tmp/wheels.tar.part* | wc -l)

@@ -34,6 +34,9 @@ export PERFGATE_SERVING_MODEL=/tmp/models/dense PERFGATE_SERVING_MOE_MODEL=/tmp/
 export PERFGATE_SERVING_ENGINE_ARGS="${PERFGATE_SERVING_ENGINE_ARGS:---load-format dummy}"
 # Compiled kernels are shared by every server of the session (and by a later run on this
 # machine): only start-up time changes, not what is measured.
+# flashinfer is not carried (its wheels serve other backends): without this, vLLM 0.24's V2
+# model runner imports it for top-k/top-p sampling and the engine core dies at start.
+export VLLM_USE_FLASHINFER_SAMPLER="${VLLM_USE_FLASHINFER_SAMPLER:-0}"
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache TRITON_CACHE_DIR=/tmp/triton-cache
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 

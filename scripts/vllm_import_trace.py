@@ -20,16 +20,32 @@ from pathlib import Path
 LINE = re.compile(r"^import time:\s+\d+\s+\|\s+\d+\s+\|\s+(\S+)\s*$")
 
 
+def _module_name(file_name: str) -> str:
+    """`x.cpython-312-x86_64-linux-gnu.so`, `x.abi3.so`, `x.py` -> `x`; a package dir stays as is."""
+    return re.sub(r"(\.cpython.*|\.abi3)?\.(py|so|pyd)$", "", file_name)
+
+
 def top_levels(site: Path) -> dict[str, str]:
-    """top-level module name -> distribution name, from each .dist-info/RECORD in site."""
+    """module name -> distribution name, from each .dist-info/RECORD in site.
+
+    Regular packages and single-file modules are keyed by their top-level name; packages
+    inside a namespace (``google/api`` of googleapis-common-protos beside the image's
+    ``google/protobuf``) by their first two names, so a shared namespace names no owner.
+    """
     owner: dict[str, str] = {}
     for record in site.glob("*.dist-info/RECORD"):
         dist = record.parent.name.split("-")[0]
-        for row in record.read_text().splitlines():
-            first = row.split(",")[0].split("/")[0]
-            if not first or first.endswith((".dist-info", ".data")) or first == "..":
+        paths = [row.split(",")[0] for row in record.read_text().splitlines()]
+        for path in paths:
+            parts = path.split("/")
+            if not parts[0] or parts[0].endswith((".dist-info", ".data")) or parts[0] == "..":
                 continue
-            owner.setdefault(re.sub(r"(\.cpython.*|\.abi3)?\.(py|so|pyd)$", "", first), dist)
+            if len(parts) == 1:
+                owner.setdefault(_module_name(parts[0]), dist)
+            elif f"{parts[0]}/__init__.py" in paths:
+                owner.setdefault(parts[0], dist)
+            else:
+                owner.setdefault(f"{parts[0]}.{_module_name(parts[1])}", dist)
     return owner
 
 
@@ -51,8 +67,8 @@ def main(argv: list[str]) -> int:
             m = LINE.match(line)
             if not m:
                 continue
-            top = m.group(1).split(".")[0]
-            dist = owner.get(top)
+            names = m.group(1).split(".")
+            dist = owner.get(".".join(names[:2])) or owner.get(names[0])
             if dist:
                 used[dist].add(kind)
                 first_module.setdefault(dist, m.group(1))
