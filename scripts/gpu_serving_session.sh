@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One device call's worth of the GPU serving suite on a lent H200 (no package index there):
+# install the carried vLLM wheels (scripts/vllm_gpu_carry.sh) unless this machine has them,
+# install perfgate, build the model dirs, check the import, and run
+#   pytest -m "1gpu and vllm" perf/serving --perf-save $OUT/<run>.json
+# inside the call's time (pytest is interrupted with SIGINT before the call's limit, so the
+# finished tests' results are still saved). What comes back under $OUT: <run>.json,
+# <run>-pytest.log, <run>-imports.txt (with TRACE=1), <run>-logs.tgz (server and bench logs).
+#
+# Usage (device call, after the pieces are stashed):
+#   scripts/gpu_serving_session.sh RUN [SITE] [DIST_LIST]
+#   env: TRACE=1 (log every import, for scripts/vllm_import_trace.py), LIMIT_S (default 570:
+#        seconds this script may take in all), PYTEST_ARGS (extra pytest arguments)
+set -uo pipefail
+RUN="${1:?usage: gpu_serving_session.sh RUN [SITE] [DIST_LIST]}"
+SITE="${2:-/tmp/site}"
+LIST="${3:-}"
+OUT="${OUT:-/tmp/out}"
+LIMIT_S="${LIMIT_S:-570}"
+T0=$(date +%s)
+say() { echo "[gpu-serving $(( $(date +%s) - T0 )) s] $*"; }
+mkdir -p "$OUT"
+
+# NVLink multicast stays off on these machines (KINDS.md), in every process we start.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ ! -f "$SITE/vllm/__init__.py" ]; then
+    scripts/vllm_gpu_carry.sh install "$SITE" $LIST || exit 1
+fi
+export PYTHONPATH="$SITE"
+say "vllm in $SITE ($(ls -d "$SITE"/*.dist-info | wc -l) distributions)"
+python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+[ -f /tmp/models/dense/config.json ] || python3 scripts/build_gpu_serving_models.py /tmp/models || exit 1
+export PERFGATE_SERVING_MODEL=/tmp/models/dense PERFGATE_SERVING_MOE_MODEL=/tmp/models/moe
+export PERFGATE_SERVING_ENGINE_ARGS="${PERFGATE_SERVING_ENGINE_ARGS:---load-format dummy}"
+# Compiled kernels are shared by every server of the session (and by a later run on this
+# machine): only start-up time changes, not what is measured.
+# flashinfer is not carried (its wheels serve other backends): without this, vLLM 0.24's V2
+# model runner imports it for top-k/top-p sampling and the engine core dies at start.
+export VLLM_USE_FLASHINFER_SAMPLER="${VLLM_USE_FLASHINFER_SAMPLER:-0}"
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-cache TRITON_CACHE_DIR=/tmp/triton-cache
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+
+TRACE_DIR=/tmp/vllm-trace-$RUN
+mkdir -p "$TRACE_DIR"
+if [ "${TRACE:-0}" = 1 ]; then export PYTHONPROFILEIMPORTTIME=1; fi
+python3 -c "import vllm, vllm.entrypoints.openai.api_server as a; print('vllm', vllm.__version__, 'api_server ok')" \
+    2> "$TRACE_DIR/probe-server.log"
+rc=$?
+grep -v '^import time:' "$TRACE_DIR/probe-server.log" | tail -20
+say "import probe rc=$rc"
+
+left=$(( LIMIT_S - ($(date +%s) - T0) - 45 ))
+say "pytest for at most $left s"
+PYTHONUNBUFFERED=1 timeout -s INT -k 30 "$left" python3 -m pytest -m "1gpu and vllm" perf/serving \
+    -p no:cacheprovider --basetemp="/tmp/pytest-$RUN" --perf-save "$OUT/$RUN.json" ${PYTEST_ARGS:-} 2>&1 \
+    | grep -v '^import time:' > "$OUT/$RUN-pytest.log"
+say "pytest rc=${PIPESTATUS[0]}"
+tail -40 "$OUT/$RUN-pytest.log"
+unset PYTHONPROFILEIMPORTTIME
+
+if [ "${TRACE:-0}" = 1 ]; then
+    python3 scripts/vllm_import_trace.py "$SITE" "$TRACE_DIR" "/tmp/pytest-$RUN" > "$OUT/$RUN-imports.txt"
+    head -3 "$OUT/$RUN-imports.txt"; grep -c '^used' "$OUT/$RUN-imports.txt"
+    grep '^used' "$OUT/$RUN-imports.txt" | awk '{print $2}' > "/tmp/vllm-used-$RUN.txt"
+fi
+# server and bench logs without the import lines, at most 1 MB each
+mkdir -p "/tmp/logs-$RUN"
+find "/tmp/pytest-$RUN" -name '*.log' | while read -r f; do
+    dst="/tmp/logs-$RUN/$(echo "${f#/tmp/pytest-$RUN/}" | tr '/' '_')"
+    grep -v '^import time:' "$f" | tail -c 1000000 > "$dst"
+done
+tar -C /tmp -czf "$OUT/$RUN-logs.tgz" "logs-$RUN"
+say "done"
