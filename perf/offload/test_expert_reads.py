@@ -59,7 +59,8 @@ def test_expert_read(perf, request, io):
     got = _rounds(reader, specs, per_round=11)
     _assert_reads_deliver_the_file(reader, specs)
     nbytes = reader.bytes_of(specs["parallel"])
-    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x", better="lower")
+    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x",
+                better="lower")
     perf.record("expert_sequential_ms", _flat_ms(got["sequential"]), unit="ms", better="lower")
     perf.record("expert_parallel_ms", _flat_ms(got["parallel"]), unit="ms", better="lower")
     perf.record("expert_parallel_mbps", [nbytes / x / 1e6 for r in got["parallel"] for x in r],
@@ -81,7 +82,8 @@ def test_layer_read(perf, request, expert_layout, io, threads):
     got = _rounds(reader, specs, per_round=7)
     _assert_reads_deliver_the_file(reader, specs)
     nbytes = reader.bytes_of(specs["parallel"])
-    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x", better="lower")
+    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x",
+                better="lower")
     perf.record("layer_sequential_ms", _flat_ms(got["sequential"]), unit="ms", better="lower")
     perf.record("layer_parallel_ms", _flat_ms(got["parallel"]), unit="ms", better="lower")
     perf.record("layer_parallel_mbps", [nbytes / x / 1e6 for r in got["parallel"] for x in r],

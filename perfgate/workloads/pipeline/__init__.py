@@ -249,4 +249,5 @@ def recompute_cases(gpus: int) -> tuple:
     """TP=2 (the seed's smallest TP), DP = gpus / 2: recompute off/on, with SP off and on (seed §7.5)."""
     from perfgate.workloads.pipeline.megatron_tp import TPCase
 
-    return tuple(TPCase(2, gpus // 2, sequence_parallel=sp, recompute=rc) for sp in (False, True) for rc in (False, True))
+    return tuple(TPCase(2, gpus // 2, sequence_parallel=sp, recompute=rc)
+                 for sp in (False, True) for rc in (False, True))
