@@ -23,7 +23,7 @@ import pytest
 from fixtures.cases import params
 from perfgate.metrics import paired_ratio, paired_saving
 from perfgate.workloads import pipeline
-from perfgate.workloads.pipeline import summary
+from perfgate.workloads.pipeline import series
 from perfgate.workloads.pipeline.megatron_common import TP_MODEL
 from perfgate.workloads.pipeline.megatron_tp import MegatronTPSpec, TPCase
 
@@ -73,7 +73,7 @@ def test_megatron_pipeline_bubble(perf, runs, schedule, pp, m):
 
 @pytest.mark.parametrize("schedule, pp", PP_TREND_CASES)
 def test_megatron_pipeline_bubble_trend(perf, runs, schedule, pp):
-    tr = summary.trend(pipeline.measure(runs, PROFILE, schedule, pp).series)
+    tr = series.trend(pipeline.measure(runs, PROFILE, schedule, pp).series)
     perf.attach("trend", tr.to_json())
     assert tr.falls(min_fraction_of_theory=pipeline.min_drop_fraction(PROFILE, tr), rise_slack=pipeline.RISE_SLACK), (
         f"measured bubble did not fall as M grew: best iterations {tr.minima}, medians {tr.medians}, "
