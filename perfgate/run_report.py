@@ -17,6 +17,8 @@ from perfgate.textable import Column, Line, render, wrap_words
 
 TERMINAL_ATTENTION_LIMIT = 50  # rows of the attention table on a terminal; failing rows always shown
 TABLE_CHOICES = ("attention", "all", "off")
+# GitHub's job summary takes 1 MiB per step; leave room for what else a workflow appends
+MARKDOWN_LIMIT_BYTES = 1024 * 1024 - 64 * 1024
 
 
 def fmt_number(x: float | None) -> str:
@@ -251,6 +253,15 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
         lines.append("")
     if skipped_by_budget:
         lines += ["### Not run (time budget spent)", ""] + [f"- `{t}`" for t in skipped_by_budget] + [""]
-    lines += ["<details><summary>All " + f"{len(results)} metrics</summary>", ""] + _md_table(results)
-    lines += ["", "</details>"]
-    return "\n".join(lines) + "\n"
+    head = "\n".join(lines) + "\n"
+    table = _md_table(results)
+    budget = MARKDOWN_LIMIT_BYTES - len(head.encode()) - 512
+    kept, size = 2, sum(len(t.encode()) + 1 for t in table[:2])
+    while kept < len(table) and size + len(table[kept].encode()) + 1 <= budget:
+        size += len(table[kept].encode()) + 1
+        kept += 1
+    tail = [] if kept == len(table) else [
+        "", f"{len(table) - kept} more rows left out to stay within GitHub's job-summary size limit: every "
+            f"metric is in the results JSON (--perf-save)"]
+    body = [f"<details><summary>All {len(results)} metrics</summary>", ""] + table[:kept] + tail + ["", "</details>"]
+    return head + "\n".join(body) + "\n"
