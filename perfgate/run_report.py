@@ -19,6 +19,7 @@ TERMINAL_ATTENTION_LIMIT = 50  # rows of the attention table on a terminal; fail
 TABLE_CHOICES = ("attention", "all", "off")
 # GitHub's job summary takes 1 MiB per step; leave room for what else a workflow appends
 MARKDOWN_LIMIT_BYTES = 1024 * 1024 - 64 * 1024
+MARKDOWN_ATTENTION_LIMIT = 1000  # a first run on a new machine: every metric is new
 
 
 def fmt_number(x: float | None) -> str:
@@ -242,7 +243,10 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
     lines.append("")
     attention = outcomes.attention(results)
     if attention:
-        lines += [f"### Needs attention ({len(attention)} of {len(results)} metrics)", ""] + _md_table(attention)
+        shown = attention[:max(MARKDOWN_ATTENTION_LIMIT, sum(1 for r in attention if outcomes.may_fail(r)))]
+        lines += [f"### Needs attention ({len(attention)} of {len(results)} metrics)", ""] + _md_table(shown)
+        if len(shown) < len(attention):
+            lines += ["", f"{len(attention) - len(shown)} more rows needing attention are in the full table below."]
         lines.append("")
     else:
         lines += ["No metric needs attention.", ""]
