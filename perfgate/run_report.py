@@ -170,7 +170,8 @@ def attention_title(attention: list[MetricResult], total: int) -> str:
 
 def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int, table: str = "attention",
                    full_table_at: str | None = None, all_option: str = "--perf-table=all",
-                   current_software: dict | None = None, notes: Iterable[str] = ()) -> list[Line]:
+                   current_software: dict | None = None, notes: Iterable[str] = (),
+                   baselines_at: str | None = None) -> list[Line]:
     """The run's report for a terminal or a log, every line within ``width`` where a value allows.
 
     ``notes`` (a tainted machine, say) follow the verdict: they say why it may not be final."""
@@ -206,6 +207,8 @@ def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int,
         hint = (f"full table: {full_table_at}; {all_option} prints it here" if full_table_at
                 else f"full table: {all_option} prints every metric")
         lines += [Line(t) for t in wrap_words(hint, width, "    ")]
+    if baselines_at:
+        lines += [Line(t) for t in wrap_words(f"judged against baselines in {baselines_at}", width, "    ")]
     return lines
 
 
