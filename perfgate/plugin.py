@@ -540,7 +540,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                   width=resolve_width(isatty=bool(tr.isatty()), tty_width=tr._tw.fullwidth),
                                   table=config.getoption("--perf-table"), notes=_report_notes(state),
                                   full_table_at=config.getoption("--perf-markdown"),
-                                  current_software=hardware.fingerprint()["software"])
+                                  current_software=hardware.fingerprint()["software"],
+                                  baselines_at=str(state.settings.baselines / state.hardware_id))
     for line in lines:
         tr.write_line(line.text, **_MARKUP.get(line.style, {}))
     new = [r for r in state.results if r.outcome == "new"]

@@ -17,6 +17,9 @@ from perfgate.textable import Column, Line, render, wrap_words
 
 TERMINAL_ATTENTION_LIMIT = 50  # rows of the attention table on a terminal; failing rows always shown
 TABLE_CHOICES = ("attention", "all", "off")
+# GitHub's job summary takes 1 MiB per step; leave room for what else a workflow appends
+MARKDOWN_LIMIT_BYTES = 1024 * 1024 - 64 * 1024
+MARKDOWN_ATTENTION_LIMIT = 1000  # a first run on a new machine: every metric is new
 
 
 def fmt_number(x: float | None) -> str:
@@ -167,7 +170,8 @@ def attention_title(attention: list[MetricResult], total: int) -> str:
 
 def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int, table: str = "attention",
                    full_table_at: str | None = None, all_option: str = "--perf-table=all",
-                   current_software: dict | None = None, notes: Iterable[str] = ()) -> list[Line]:
+                   current_software: dict | None = None, notes: Iterable[str] = (),
+                   baselines_at: str | None = None) -> list[Line]:
     """The run's report for a terminal or a log, every line within ``width`` where a value allows.
 
     ``notes`` (a tainted machine, say) follow the verdict: they say why it may not be final."""
@@ -203,6 +207,8 @@ def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int,
         hint = (f"full table: {full_table_at}; {all_option} prints it here" if full_table_at
                 else f"full table: {all_option} prints every metric")
         lines += [Line(t) for t in wrap_words(hint, width, "    ")]
+    if baselines_at:
+        lines += [Line(t) for t in wrap_words(f"judged against baselines in {baselines_at}", width, "    ")]
     return lines
 
 
@@ -240,7 +246,10 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
     lines.append("")
     attention = outcomes.attention(results)
     if attention:
-        lines += [f"### Needs attention ({len(attention)} of {len(results)} metrics)", ""] + _md_table(attention)
+        shown = attention[:max(MARKDOWN_ATTENTION_LIMIT, sum(1 for r in attention if outcomes.may_fail(r)))]
+        lines += [f"### Needs attention ({len(attention)} of {len(results)} metrics)", ""] + _md_table(shown)
+        if len(shown) < len(attention):
+            lines += ["", f"{len(attention) - len(shown)} more rows needing attention are in the full table below."]
         lines.append("")
     else:
         lines += ["No metric needs attention.", ""]
@@ -251,6 +260,15 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
         lines.append("")
     if skipped_by_budget:
         lines += ["### Not run (time budget spent)", ""] + [f"- `{t}`" for t in skipped_by_budget] + [""]
-    lines += ["<details><summary>All " + f"{len(results)} metrics</summary>", ""] + _md_table(results)
-    lines += ["", "</details>"]
-    return "\n".join(lines) + "\n"
+    head = "\n".join(lines) + "\n"
+    table = _md_table(results)
+    budget = MARKDOWN_LIMIT_BYTES - len(head.encode()) - 512
+    kept, size = 2, sum(len(t.encode()) + 1 for t in table[:2])
+    while kept < len(table) and size + len(table[kept].encode()) + 1 <= budget:
+        size += len(table[kept].encode()) + 1
+        kept += 1
+    tail = [] if kept == len(table) else [
+        "", f"{len(table) - kept} more rows left out to stay within GitHub's job-summary size limit: every "
+            f"metric is in the results JSON (--perf-save)"]
+    body = [f"<details><summary>All {len(results)} metrics</summary>", ""] + table[:kept] + tail + ["", "</details>"]
+    return head + "\n".join(body) + "\n"

@@ -334,3 +334,16 @@ def test_markdown_notes_follow_the_verdict():
     md = run_report.markdown(results, hardware_id=doc["hardware_id"], commit=doc["commit"], current_software=None,
                              notes=["machine tainted, metrics not gated (--perf-allow-tainted to gate anyway): load"])
     assert md.splitlines()[4] == "> machine tainted, metrics not gated (--perf-allow-tainted to gate anyway): load"
+
+
+def test_markdown_of_a_suite_twenty_times_larger_stays_within_the_limit():
+    """The GPU suites may grow past the CPU suite: the collapsed table is cut, never the head."""
+    import dataclasses
+
+    doc, results = load(WITH_REGRESSION)
+    many = [dataclasses.replace(r, test_id=f"{r.test_id}-copy{k}") for k in range(20) for r in results]
+    md = run_report.markdown(many, hardware_id=doc["hardware_id"], commit=doc["commit"], current_software=None)
+    assert len(md.encode()) <= run_report.MARKDOWN_LIMIT_BYTES
+    assert md.splitlines()[2].startswith("**perfgate: 20 regressions in 4020 gated metrics")
+    assert "more rows left out to stay within GitHub's job-summary size limit" in md
+    assert md.rstrip().endswith("</details>")
