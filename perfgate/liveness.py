@@ -8,7 +8,8 @@ after 9 minutes). Two cheaper signals find it sooner without flagging a healthy 
   :data:`HEARTBEAT_EVERY_S` by a thread in the rank, so the parent sees a rank that is
   stopped (SIGSTOP, a frozen VM, a process stuck in the kernel) within
   :data:`SILENT_AFTER_S`. A rank whose heartbeat stops while it keeps burning CPU (a long
-  C call holding the GIL) is slow, not dead: it is left to the budget.
+  C call holding the GIL) or stays runnable (waiting for a CPU on an overloaded machine) is
+  slow, not dead: it is left to the budget.
 - **A budget proportional to the work.** When the job's expected duration is known (the
   caller's ``expected_s``, or the spec's own ``expected_s()``), the work may take
   ``max(30 s, 3 x expected)``; a rank alive but stuck (blocked in a collective whose peer
@@ -113,8 +114,11 @@ class HeartbeatWatch:
             cpu = _cpu_seconds(self.pids[r])
             if cpu is not None and self._cpu[r] is not None and cpu - self._cpu[r] > BUSY_CPU_SHARE * silent:
                 continue  # busy without beating (GIL held in a long call): slow, not dead
+            state = _state(self.pids[r])
+            if state == "running":
+                continue  # runnable, waiting for a CPU on an overloaded machine: slow, not dead
             if worst is None or silent > worst.seconds:
-                worst = Silence(r, silent, _state(self.pids[r]))
+                worst = Silence(r, silent, state)
         return worst
 
 

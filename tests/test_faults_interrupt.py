@@ -25,6 +25,8 @@ from test_faults_launch import leftovers, report_row
 
 HERE = Path(__file__).resolve().parent
 HW = "cpu-Test-2c"
+# The ranks import test_faults_launch from here, and the same perfgate as this test (not another checkout's).
+RANK_PYTHONPATH = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def wait_for(predicate, timeout_s: float, what: str, proc: subprocess.Popen | None = None) -> None:
@@ -74,7 +76,7 @@ def test_long(perf):
 def test_signal_during_a_run_saves_results_so_far_and_kills_the_job(pytester, sig, with_job):
     pid_dir = pytester.path / "pids"
     pid_dir.mkdir()
-    pytester.makepyfile(test_session=SESSION.format(pid_dir=str(pid_dir), tests=str(HERE), with_job=with_job))
+    pytester.makepyfile(test_session=SESSION.format(pid_dir=str(pid_dir), tests=RANK_PYTHONPATH, with_job=with_job))
     # an old baseline that a refresh from a partial run must not replace
     store = BaselineStore(pytester.path / "baselines")
     old = store.write(HW, "misc",  # the area of tests outside perf/<area>/
@@ -117,7 +119,7 @@ def test_launcher_killed_with_sigkill_takes_its_ranks_along(tmp_path):
         sys.path.insert(0, {str(HERE)!r})
         from perfgate.launch import launch
         launch("test_faults_launch:allreduce_steps", {{"pid_dir": {str(tmp_path)!r}, "steps": 10**9}},
-               world_size=2, timeout_s=300, env={{"PYTHONPATH": {str(HERE)!r}, "PERFGATE_TEST_FAULT": "hang@1:step 3"}})
+               world_size=2, timeout_s=300, env={{"PYTHONPATH": {RANK_PYTHONPATH!r}, "PERFGATE_TEST_FAULT": "hang@1:step 3"}})
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -360,3 +360,32 @@ def test_sigstopped_rank_fails_the_collectives_test_within_60_s(tmp_path):
                m.group(0), left)
     assert left == []
     assert not list(tmp.glob("perfgate-job-*")), "the job folder was left behind"
+
+
+def test_heartbeat_watch_tells_frozen_from_busy_and_beating(tmp_path):
+    """Real processes: one asleep without a heartbeat (frozen), one burning CPU (busy), one beating."""
+    from perfgate.liveness import HeartbeatWatch
+
+    beating = f"import os, time\nwhile True:\n    os.utime({str(tmp_path / 'p2')!r}); time.sleep(0.2)"
+    procs = [subprocess.Popen(["sleep", "60"]),
+             subprocess.Popen([sys.executable, "-c", "while True: pass"]),
+             subprocess.Popen([sys.executable, "-c", beating])]
+    paths = [tmp_path / f"p{i}" for i in range(3)]
+    for p in paths:
+        p.write_text("phase")
+    try:
+        watch = HeartbeatWatch(paths, [p.pid for p in procs], silent_after_s=1.5)
+        watch.poll([True] * 3)
+        deadline = time.monotonic() + 6
+        found = []
+        while time.monotonic() < deadline:
+            silence = watch.poll([True] * 3)
+            if silence is not None:
+                found.append(silence.rank)
+            time.sleep(0.1)
+        assert set(found) == {0}, found  # only the sleeping, silent one
+        assert watch.poll([False, True, True]) is None  # a rank that ended is not silent
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
