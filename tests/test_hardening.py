@@ -231,7 +231,7 @@ def test_refresh_refuses_crafted_results_files(tmp_path, field, value):
     assert out.returncode == 2, out
     line = one_line(out.stderr)
     key = "hardware_id" if field == "hardware_id" else "results[0].area"
-    assert line.startswith(f"perfgate refresh: error: ") and str(crafted) in line and key in line, line
+    assert line.startswith("perfgate refresh: error: ") and str(crafted) in line and key in line, line
     assert "re-run" in line  # the fix
     assert snapshot(tmp_path) == before  # nothing written, nothing outside the tree
     assert not (tmp_path / "abs").exists() and not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
