@@ -17,7 +17,7 @@ from typing import Any, Iterator
 from filelock import FileLock
 
 from perfgate.atomic import write_json_atomic
-from perfgate.hardware_id import HARDWARE_ID_PATTERN, check_hardware_id
+from perfgate.hardware_id import HardwareIdError, check_hardware_id
 from perfgate.metrics import Summary
 from perfgate.readers import Checker, ReadError, check_baseline_document, read_json
 from perfgate.safe_paths import check_area, inside_root
@@ -65,6 +65,14 @@ class BaselineEntry:
         return self.provenance.startswith("imported")
 
 
+def _can_be_id(name: str) -> bool:
+    try:
+        check_hardware_id(name, source="baseline folder")
+    except HardwareIdError:
+        return False
+    return True
+
+
 def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
@@ -84,8 +92,7 @@ class BaselineStore:
         """Folders that can be hardware ids (others, like ``.git`` or ``my notes``, are not baselines)."""
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and HARDWARE_ID_PATTERN.fullmatch(p.name)
-                      and ".." not in p.name and any(p.glob("*.json")))
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _can_be_id(p.name) and any(p.glob("*.json")))
 
     def _read(self, path: Path) -> dict:
         if path in self._cache:

@@ -125,6 +125,7 @@ class _PerfState:
         self.tainted: list[str] = []
         self.progress = SweepProgress(budget_s=self.budget_s)
         self.refresh_note: str | None = None
+        self.refresh_failed = False  # --perf-refresh wrote nothing (or stopped): the session must not pass
         self.save_note: str | None = None
         self.old_sigterm = None
         self.runs = RunCache()
@@ -439,8 +440,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state.interrupted = state.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED
     if not state.results and not state.skipped_by_budget:
         if config.getoption("--perf-refresh") and not state.interrupted:
-            state.refresh_note = (f"perfgate: --perf-refresh wrote nothing: none of the {session.testscollected} "
-                                  f"selected test(s) recorded a metric; select tests that use the perf fixture")
+            state.refresh_note = "perfgate: --perf-refresh wrote nothing: " + (
+                "no test that uses the perf fixture produced a result (see the failures above)"
+                if state.progress.has_perf_tests else f"none of the {session.testscollected} selected test(s) uses "
+                f"the perf fixture; select perf tests (e.g. -m cpu perf/)")
+            state.refresh_failed = True
             _refresh_failed(session)
         return
     with _signals_held() as held:
@@ -448,7 +452,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if held:
         note = f"signal {', '.join(map(str, held))} arrived while results were being written; they were completed first"
         state.save_note = f"{state.save_note}; {note}" if state.save_note else note
-    if config.getoption("--perf-refresh") and state.refresh_note and state.refresh_note.startswith("perfgate:"):
+    if state.refresh_failed:
         _refresh_failed(session)
 
 
@@ -498,6 +502,7 @@ def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
             state.refresh_note = "run was interrupted: baselines NOT refreshed (re-run to completion)"
         elif not results_mod.baseline_entries(doc):
             state.refresh_note = _nothing_refreshed(config, state)
+            state.refresh_failed = True
         else:
             written = []
             try:
@@ -506,6 +511,7 @@ def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
             except ValueError as exc:  # a test folder that cannot name a baseline file, a link out of the tree
                 state.refresh_note = f"perfgate: --perf-refresh stopped: {exc}" + (
                     f" (already written: {', '.join(map(str, written))})" if written else " (nothing written)")
+                state.refresh_failed = True
                 return
             state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
 
@@ -552,6 +558,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.write_line(f"perf budget spent: {len(state.skipped_by_budget)} test(s) not run: "
                       + ", ".join(state.skipped_by_budget))
     if state.refresh_note:
-        tr.write_line(state.refresh_note, red=state.refresh_note.startswith("perfgate:"))
+        tr.write_line(state.refresh_note, red=state.refresh_failed)
     if state.save_note:
         tr.write_line(state.save_note)

@@ -231,7 +231,7 @@ def test_refresh_refuses_crafted_results_files(tmp_path, field, value):
     assert out.returncode == 2, out
     line = one_line(out.stderr)
     key = "hardware_id" if field == "hardware_id" else "results[0].area"
-    assert line.startswith(f"perfgate refresh: error: ") and str(crafted) in line and key in line, line
+    assert line.startswith("perfgate refresh: error: ") and str(crafted) in line and key in line, line
     assert "re-run" in line  # the fix
     assert snapshot(tmp_path) == before  # nothing written, nothing outside the tree
     assert not (tmp_path / "abs").exists() and not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
@@ -669,8 +669,20 @@ def test_perf_refresh_with_no_metric_recorded_fails(pytester):
     pytester.makepyfile(test_plain="def test_nothing():\n    pass\n")
     res = pytester.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", "-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.TESTS_FAILED
-    res.stdout.fnmatch_lines(["*perfgate: --perf-refresh wrote nothing: none of the 1 selected test(s) recorded a "
-                              "metric; select tests that use the perf fixture*"])
+    res.stdout.fnmatch_lines(["*perfgate: --perf-refresh wrote nothing: none of the 1 selected test(s) uses the "
+                              "perf fixture; select perf tests (e.g. -m cpu perf/)*"])
+    assert not (pytester.path / "baselines").exists()
+
+
+def test_perf_refresh_from_a_folder_that_cannot_name_an_area(pytester):
+    # a test folder with a space: its area cannot name a baseline file, so the test cannot be compared
+    (pytester.path / "my perf").mkdir()
+    (pytester.path / "my perf" / "test_x.py").write_text(TEST_FILE)
+    res = pytester.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    res.stdout.fnmatch_lines(["*perfgate could not compare: *'my perf' is not a valid area name*",
+                              "*perfgate: --perf-refresh wrote nothing: no test that uses the perf fixture produced "
+                              "a result (see the failures above)*"])
     assert not (pytester.path / "baselines").exists()
 
 
