@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import hardware, mutations, outcomes, results as results_mod, run_report as report
+from perfgate import hardware, interrupts, mutations, outcomes, results as results_mod, run_report as report
 from perfgate.baseline_choice import BaselineChooser, report_notes, tolerances_id
 from perfgate.baselines import BaselineError, BaselineStore
 from perfgate.config import GATE_MODES, ConfigError, load_settings
@@ -400,26 +400,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.config.pluginmanager.register(_Collector(session.config), "perfgate-collector")
 
 
-@contextlib.contextmanager
-def _signals_held():
-    """While results and baselines are written, a second Ctrl-C or SIGTERM waits until the
-    files are complete instead of abandoning them halfway through the list."""
-    if threading.current_thread() is not threading.main_thread():
-        yield []
-        return
-    got: list[int] = []
-    old = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError, OSError):
-            old[sig] = signal.signal(sig, lambda signum, frame: got.append(signum))
-    try:
-        yield got
-    finally:
-        for sig, handler in old.items():
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, handler)
-
-
 def _document(config: pytest.Config) -> dict:
     state = config.stash[_STATE]
     doc = results_mod.make_document(
@@ -447,7 +427,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             state.refresh_failed = True
             _refresh_failed(session)
         return
-    with _signals_held() as held:
+    with interrupts.held_signals() as held:
         _write_outputs(config, state)
     if held:
         note = f"signal {', '.join(map(str, held))} arrived while results were being written; they were completed first"
