@@ -188,7 +188,7 @@ def test_repeated_collectives_fire(tmp_path):
     clean = _run(tmp_path, "clean", COLLECTIVES, None)
     bad = _run(tmp_path, "mutated", COLLECTIVES, "collective_repeat")
     for test_id in COLLECTIVES:
-        assert_fires(judge(bad, test_id, "time_over_memcpy", baseline=clean))
+        assert_fires(judge(bad, test_id, "time_over_p2p", baseline=clean))
 
 
 @pytest.mark.cpu
