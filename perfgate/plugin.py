@@ -62,7 +62,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-history", metavar="DIR", help="also append this run's results to DIR (one JSON per run)")
     g.addoption("--perf-budget", type=float, metavar="MINUTES",
                 help="stop starting new tests once this many minutes are spent; report the rest")
-    g.addoption("--perf-expert-file", metavar="PATH", help="a real GGUF MoE model file for perf/offload")
     g.addoption("--perf-allow-tainted", action="store_true",
                 help="gate metrics even when the preflight check found the machine busy or throttled")
     g.addoption("--perf-preflight", choices=("auto", "on", "off"), default="auto",
@@ -133,19 +132,6 @@ class _PerfState:
         return self.store.lookup(self.hardware_id, area_of(test_id), test_id, metric)
 
 
-def _check_expert_file(path: Path) -> None:
-    """--perf-expert-file must be a GGUF MoE model: say so now, not from deep inside a worker."""
-    from perfgate.workloads.offload.gguf_layout import GGUFLayoutError, read_expert_layout
-
-    try:
-        read_expert_layout(path)
-    except GGUFLayoutError as exc:
-        raise pytest.UsageError(
-            f"perfgate: --perf-expert-file: {exc}. Pass a GGUF MoE model file (with "
-            f"blk.N.ffn_{{gate,up,down}}_exps.weight tensors, e.g. a Qwen3-30B-A3B *.gguf), or leave "
-            f"the option out to use the generated fixture file") from None
-
-
 def _check_mutations(config: pytest.Config) -> None:
     """A planted test bug (perfgate.mutations) must never become a baseline."""
     try:
@@ -166,11 +152,6 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     worker = hasattr(config, "workerinput")
-    if config.getoption("--perf-expert-file"):
-        expert = Path(config.getoption("--perf-expert-file")).resolve()
-        if not worker:
-            _check_expert_file(expert)
-        os.environ["PERFGATE_EXPERT_FILE"] = str(expert)
     try:
         state = config.stash[_STATE] = _PerfState(config)
     except (ConfigError, BaselineError) as exc:

@@ -155,7 +155,7 @@ def _write_gguf(path: Path, moe: bool) -> None:
 def test_expert_file_that_is_not_a_moe_gguf(project, make, match):
     bad = project.path / "model.gguf"
     make(bad)
-    res, before = run_pytest(project, f"--perf-expert-file={bad}")
+    res, before = run_pytest(project, "-p", "fixtures.offload_option", f"--perf-expert-file={bad}")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines([f"ERROR: perfgate: --perf-expert-file: {bad}: *"])
     err = res.stderr.str()
@@ -166,7 +166,7 @@ def test_expert_file_that_is_not_a_moe_gguf(project, make, match):
 def test_a_good_expert_file_is_accepted(project):
     good = project.path / "model.gguf"
     _write_gguf(good, True)
-    res, _ = run_pytest(project, f"--perf-expert-file={good}")
+    res, _ = run_pytest(project, "-p", "fixtures.offload_option", f"--perf-expert-file={good}")
     res.assert_outcomes(passed=1)
 
 

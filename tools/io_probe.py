@@ -30,7 +30,7 @@ from rich.table import Table
 from perfgate.workloads.offload.decode_model import DecodeModel
 from perfgate.workloads.offload.expert_reads import ExpertReader, ReadSpec
 from perfgate.workloads.offload.gguf_layout import GGUFLayoutError, read_expert_layout
-from perfgate.workloads.offload.io_probe import DeviceProbe, summarize
+from perfgate.workloads.offload.io_probe import DeviceProbe, summarize_rounds
 from perfgate.workloads.offload.page_cache import direct_io_supported, page_cache_droppable
 
 
@@ -68,11 +68,11 @@ def device_tables(path: Path, block: int, args, console: Console, out: dict) -> 
         with console.status("device probe...") as status:
             for t in threads:
                 status.update(f"device probe: {block:,} B x {args.reads} reads at {t} threads")
-                rows.append(summarize([probe.round(t, block, args.reads) for _ in range(args.rounds)]))
+                rows.append(summarize_rounds([probe.round(t, block, args.reads) for _ in range(args.rounds)]))
             small = []
             for t in (1, 16):
                 status.update(f"4 KiB reads at {t} threads")
-                small.append(summarize([probe.round(t, 4096, 256) for _ in range(args.rounds)]))
+                small.append(summarize_rounds([probe.round(t, 4096, 256) for _ in range(args.rounds)]))
     tab = Table(title=f"random {block:,} B reads, {'O_DIRECT' if args.direct else 'page cache dropped per round'}")
     for col in ("threads", "median ms", "mean ms", "p90 ms", "p99 ms", "aggregate MB/s"):
         tab.add_column(col, justify="right")

@@ -1,7 +1,7 @@
 """The model file the offload suite reads, and the open readers shared by its tests.
 
-Which file: `--perf-expert-file PATH` (the plugin exports it as PERFGATE_EXPERT_FILE; setting the
-variable directly works too) points the suite at a user's real MoE GGUF model. Without it, one
+Which file: `--perf-expert-file PATH` (fixtures/offload_option.py; setting PERFGATE_EXPERT_FILE
+works too) points the suite at a user's real MoE GGUF model. Without it, one
 real GGUF with the seed's expert layout is written per session (fixtures/gguf_experts.py; size
 from PERFGATE_EXPERT_FILE_GIB, default 3 GiB, capped by free disk and RAM) in pytest's temp folder
 (or PERFGATE_OFFLOAD_DIR) and deleted afterwards.
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.gguf_experts import choose_file_bytes, spec_for_bytes, write_expert_gguf
+from fixtures.offload_option import expert_file_given
 from perfgate.workloads.offload.expert_reads import ExpertReader
 from perfgate.workloads.offload.gguf_layout import GGUFLayoutError, read_expert_layout
 from perfgate.workloads.offload.io_probe import DeviceProbe
@@ -27,11 +28,10 @@ from perfgate.workloads.offload.page_cache import (drop_file_cache, page_cache_d
 
 
 @pytest.fixture(scope="session")
-def expert_file(tmp_path_factory) -> dict:
+def expert_file(tmp_path_factory, pytestconfig) -> dict:
     """{"path", "source": "user"|"fixture", "bytes", "write_s"} of the GGUF file under test."""
-    user = os.environ.get("PERFGATE_EXPERT_FILE")
-    if user:
-        path = Path(user).expanduser().resolve()
+    path = expert_file_given(pytestconfig)
+    if path is not None:
         ok, why = page_cache_droppable(path)
         if not ok:
             pytest.skip(why)

@@ -10,21 +10,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfgate.metrics import paired_ratio
+from perfgate.workloads.offload import SSD
 from perfgate.workloads.offload.decode_model import DecodeModel
 from perfgate.workloads.offload.expert_reads import ReadSpec
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
-ROUNDS = 7
-SEED_HIT_RATE = 0.70
-SEED_LAYERS = 40
-SEED_K = 8
+P = SSD
 
 
 def test_predicted_decode(perf, expert_file, expert_layout, expert_reader):
     user = expert_file["source"] == "user"
-    n_layers = len(expert_layout.layers) if user else SEED_LAYERS
-    k = (expert_layout.expert_used_count or SEED_K) if user else SEED_K
+    n_layers = len(expert_layout.layers) if user else P.seed_layers
+    k = (expert_layout.expert_used_count or P.k) if user else P.k
     specs = {
         "t1_sequential": ReadSpec("sequential"),
         "t1_parallel": ReadSpec("parallel"),
@@ -34,18 +33,18 @@ def test_predicted_decode(perf, expert_file, expert_layout, expert_reader):
     expert_reader.sample(specs["tk_parallel"])  # warm pools
     models = {"sequential": [], "parallel": []}
     raw = []
-    for _ in range(ROUNDS):
+    for _ in range(P.decode_rounds):
         got = expert_reader.interleaved(specs, 5)
         med = {name: float(np.median(v)) for name, v in got.items()}
         raw.append(got)
         for mode in models:
-            models[mode].append(DecodeModel(n_layers=n_layers, k=k, hit_rate=SEED_HIT_RATE,
+            models[mode].append(DecodeModel(n_layers=n_layers, k=k, hit_rate=P.seed_hit_rate,
                                             expert_miss_s=med[f"t1_{mode}"], layer_miss_s=med[f"tk_{mode}"]))
     par = [m.tok_per_s() for m in models["parallel"]]
     seq = [m.tok_per_s() for m in models["sequential"]]
     perf.record("predicted_tok_s_parallel", par, unit="tok/s", better="higher")
     perf.record("predicted_tok_s_sequential", seq, unit="tok/s", better="higher")
-    perf.record("predicted_speedup_parallel_over_sequential", [p / s for p, s in zip(par, seq)],
+    perf.record("predicted_speedup_parallel_over_sequential", paired_ratio(par, seq),
                 unit="x", better="higher")
     perf.record("layer_io_ms_parallel", [m.expected_layer_io_s() * 1e3 for m in models["parallel"]],
                 unit="ms", better="lower")

@@ -14,18 +14,18 @@ import time
 import numpy as np
 import pytest
 
-from perfgate.workloads.offload.io_probe import DEFAULT_THREADS, rounds_as_json, summarize
+from perfgate.metrics import paired_ratio
+from perfgate.workloads.offload import SSD as P
+from perfgate.workloads.offload.io_probe import rounds_as_json, summarize_rounds
 from perfgate.workloads.offload.page_cache import drop_cache, open_for_reads, resident_fraction
 from perfgate.workloads.offload.read_pool import Arena, pread_exact
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
-ROUNDS = 5
-READS_PER_ROUND = 64
 
 
 def _per_round(rounds, key):
-    return [summarize([r])[key] for r in rounds]
+    return [summarize_rounds([r])[key] for r in rounds]
 
 
 def test_page_cache_drop_reaches_device(perf, expert_file, expert_layout, cache_drop):
@@ -65,16 +65,16 @@ def test_page_cache_drop_reaches_device(perf, expert_file, expert_layout, cache_
                          "drop_s": cache_drop["drop_s"], "segment_bytes": longest})
 
 
-@pytest.mark.parametrize("threads", DEFAULT_THREADS, ids=[f"segment-{t}threads" for t in DEFAULT_THREADS])
+@pytest.mark.parametrize("threads", P.probe_threads, ids=[f"segment-{t}threads" for t in P.probe_threads])
 def test_device_probe(perf, device_probe, expert_layout, threads):
     block = expert_layout.segment_bytes[0]
-    rounds = [device_probe.round(threads, block, READS_PER_ROUND) for _ in range(ROUNDS)]
+    rounds = [device_probe.round(threads, block, P.probe_reads_per_round) for _ in range(P.probe_rounds)]
     perf.record("read_median_ms", _per_round(rounds, "median_ms"), unit="ms", better="lower")
     perf.record("read_mean_ms", _per_round(rounds, "mean_ms"), unit="ms", better="lower")
     perf.record("read_p90_ms", _per_round(rounds, "p90_ms"), unit="ms", better="lower")
     perf.record("read_p99_ms", _per_round(rounds, "p99_ms"), unit="ms", better="lower")
     perf.record("aggregate_mbps", _per_round(rounds, "aggregate_mbps"), unit="MB/s", better="higher")
-    perf.attach("summary", summarize(rounds))
+    perf.attach("summary", summarize_rounds(rounds))
     perf.attach("rounds", rounds_as_json(rounds))
 
 
@@ -83,9 +83,9 @@ def test_device_probe_scaling(perf, device_probe, expert_layout):
     block = expert_layout.segment_bytes[0]
     one, many = [], []
     for _ in range(9):
-        one.append(device_probe.round(1, block, 2 * READS_PER_ROUND))
-        many.append(device_probe.round(16, block, 2 * READS_PER_ROUND))
-    ratio = [m.aggregate_mbps / o.aggregate_mbps for o, m in zip(one, many)]
+        one.append(device_probe.round(1, block, 2 * P.probe_reads_per_round))
+        many.append(device_probe.round(16, block, 2 * P.probe_reads_per_round))
+    ratio = paired_ratio([m.aggregate_mbps for m in many], [o.aggregate_mbps for o in one])
     perf.record("bw_16t_over_1t", ratio, unit="x", better="higher")
     # The concurrency the 16-thread rounds reached (1-thread rounds are 1.0 by construction): a
     # probe that stops using its threads reads ~1 here whatever the device does.
@@ -97,8 +97,8 @@ def test_device_probe_scaling(perf, device_probe, expert_layout):
 @pytest.mark.parametrize("threads", [1, 16], ids=["4KiB-1thread", "4KiB-16threads"])
 def test_small_read_probe(perf, device_probe, threads):
     """4 KiB random reads: the device's latency floor (seed: 0.57 ms, 1,457 IOPS at 1 thread)."""
-    rounds = [device_probe.round(threads, 4096, 256) for _ in range(ROUNDS)]
+    rounds = [device_probe.round(threads, 4096, 256) for _ in range(P.probe_rounds)]
     perf.record("read_median_us", [x * 1e3 for x in _per_round(rounds, "median_ms")], unit="us", better="lower")
     perf.record("read_p99_us", [x * 1e3 for x in _per_round(rounds, "p99_ms")], unit="us", better="lower")
     perf.record("iops", _per_round(rounds, "iops"), unit="IOPS", better="higher")
-    perf.attach("summary", summarize(rounds))
+    perf.attach("summary", summarize_rounds(rounds))

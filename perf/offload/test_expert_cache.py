@@ -17,14 +17,15 @@ from dataclasses import replace
 import pytest
 
 from fixtures.route_traces import STANDARD, synthetic_trace
+from perfgate.workloads.offload import SSD
 from perfgate.workloads.offload.cache_sim import analyze
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
-SEEDS = 5
-CAPACITIES = [64, 128, 256, 512]
-SHAPE = dict(tokens=128, layers=8, experts=128, k=8)
-POLICIES = ("lru", "belady", "pin", "admit2")
+SEEDS = SSD.cache_seeds
+CAPACITIES = list(SSD.cache_capacities)
+SHAPE = dict(SSD.cache_shape)
+POLICIES = SSD.cache_policies
 
 
 @pytest.mark.parametrize("family", STANDARD, ids=[replace(s, **SHAPE).label for s in STANDARD])

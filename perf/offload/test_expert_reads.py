@@ -11,25 +11,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfgate.workloads import offload
 from perfgate.workloads.offload.expert_reads import ReadSpec, read_expert_bytes
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
-ROUNDS = 9
-K = 8  # experts per token in the seed model (Qwen3 35B-A3B); a user's file may say otherwise
+P = offload.SSD
 
 
 def _k(layout) -> int:
-    return layout.expert_used_count or K
+    return layout.expert_used_count or P.k  # a user's file may say otherwise
 
 
 def _rounds(reader, specs: dict[str, ReadSpec], per_round: int,
             in_flight: dict[str, list[float]] | None = None) -> dict[str, list[list[float]]]:
-    """ROUNDS x per_round samples of each spec, interleaved; seconds. ``in_flight`` collects the
+    """read_rounds x per_round samples of each spec, interleaved; seconds. ``in_flight`` collects the
     per-round median of reads in flight per spec."""
     out: dict[str, list[list[float]]] = {name: [] for name in specs}
     reader.sample(next(iter(specs.values())))  # warm the pools and the arena
-    for _ in range(ROUNDS):
+    for _ in range(P.read_rounds):
         depth: dict[str, list[float]] = {}
         got = reader.interleaved(specs, per_round, in_flight=depth)
         for name in specs:
@@ -49,10 +49,6 @@ def _assert_reads_deliver_the_file(reader, specs: dict[str, ReadSpec]) -> None:
                 f"{name} ({spec.label}) delivered wrong bytes for layer {ex.layer} expert {ex.expert}"
 
 
-def _ratio(rounds_a, rounds_b) -> list[float]:
-    return [float(np.median(a) / np.median(b)) for a, b in zip(rounds_a, rounds_b)]
-
-
 def _flat_ms(rounds) -> list[float]:
     return [x * 1e3 for r in rounds for x in r]
 
@@ -70,7 +66,7 @@ def test_expert_read(perf, request, io):
     got = _rounds(reader, specs, per_round=11, in_flight=depth)
     _assert_reads_deliver_the_file(reader, specs)
     nbytes = reader.bytes_of(specs["parallel"])
-    perf.record("parallel_over_sequential", _ratio(got["parallel"], got["sequential"]), unit="x", better="lower")
+    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x", better="lower")
     # The mechanism the ratio depends on, measured in the same samples: how many of the three
     # segment reads the device had in flight at once (1.0 when they run as one chain).
     perf.record("parallel_reads_in_flight", depth["parallel"], unit="x", better="higher")
@@ -82,10 +78,10 @@ def test_expert_read(perf, request, io):
     perf.attach("expert_bytes", nbytes)
 
 
-LAYER_CASES = [("buffered", t) for t in (8, 16, 24, 32)] + [("direct", 24)]
+LAYER_CASES = [pytest.param(*c.values, id=c.id) for c in offload.cases(P)]
 
 
-@pytest.mark.parametrize("io, threads", LAYER_CASES, ids=[f"{io}-{t}threads" for io, t in LAYER_CASES])
+@pytest.mark.parametrize("io, threads", LAYER_CASES)
 def test_layer_read(perf, request, expert_layout, io, threads):
     """k missed experts of one layer: k threads x 3 sequential segments vs 3k reads on `threads` threads."""
     reader = _reader(request, io)
@@ -96,7 +92,7 @@ def test_layer_read(perf, request, expert_layout, io, threads):
     got = _rounds(reader, specs, per_round=7, in_flight=depth)
     _assert_reads_deliver_the_file(reader, specs)
     nbytes = reader.bytes_of(specs["parallel"])
-    perf.record("parallel_over_sequential", _ratio(got["parallel"], got["sequential"]), unit="x", better="lower")
+    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x", better="lower")
     # Reads in flight of the parallel strategy over the sequential one (k chains of 3), same samples:
     # on a device where parallel reads gain no time (this VM's disk) this still shows whether the
     # 3k segments were issued independently.
@@ -110,7 +106,7 @@ def test_layer_read(perf, request, expert_layout, io, threads):
     perf.attach("spec", {"k": k, "threads": threads, "io": io, "layer_bytes": nbytes})
 
 
-@pytest.mark.parametrize("split", [2, 4], ids=["2chunks", "4chunks"])
+@pytest.mark.parametrize("split", P.split_chunks, ids=[f"{n}chunks" for n in P.split_chunks])
 def test_split_read(perf, expert_reader, expert_layout, split):
     """Each segment in `split` chunks (the seed's SDQ_IO_SPLIT, a negative result there) vs whole segments."""
     k = _k(expert_layout)
@@ -119,7 +115,7 @@ def test_split_read(perf, expert_reader, expert_layout, split):
              "split": ReadSpec("parallel", k=k, threads=threads, split=split)}
     got = _rounds(expert_reader, specs, per_round=7)
     _assert_reads_deliver_the_file(expert_reader, specs)
-    perf.record("split_over_whole", _ratio(got["split"], got["whole"]), unit="x", better="lower")
+    perf.record("split_over_whole", offload.reduce(got["split"], got["whole"]), unit="x", better="lower")
     perf.record("layer_whole_ms", _flat_ms(got["whole"]), unit="ms", better="lower")
     perf.record("layer_split_ms", _flat_ms(got["split"]), unit="ms", better="lower")
     perf.attach("samples_s", got)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from perfgate.metrics import paired_ratio
+from perfgate.workloads.offload import SSD
 from perfgate.workloads.offload.fio import fio_path, fio_version, run_fio
 from perfgate.workloads.offload.io_probe import stream
 from perfgate.workloads.offload.page_cache import direct_io_supported
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
-PAIRS = 10
-RUN_S = 0.5
+PAIRS = SSD.fio_pairs
+RUN_S = SSD.fio_run_s
 TARGET = 0.10
 SANITY = 0.25
 
@@ -38,7 +40,7 @@ def test_fio_crosscheck(perf, expert_file, expert_layout, cache_drop, threads):
                 ours.append(stream(path, block, threads, RUN_S, direct=True, seed=i)["mbps"])
             else:
                 fio.append(run_fio(path, block, threads, RUN_S, direct=True)["mbps"])
-    ratios = [o / f for o, f in zip(ours, fio)]
+    ratios = paired_ratio(ours, fio)
     perf.record("ours_over_fio", ratios, unit="x", better="higher")
     perf.record("ours_mbps", ours, unit="MB/s", better="higher")
     perf.record("fio_mbps", fio, unit="MB/s", better="higher")

@@ -12,8 +12,10 @@ import statistics
 import pytest
 
 from perfgate.workloads.serving.loadgen import random_requests, run_load
-from perfgate.workloads.serving.server_metrics import StepCounters
+from perfgate.metrics import paired_ratio
+from perfgate.workloads.serving.prometheus_counters import StepCounters
 from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.starvation import starved
 
 LEVELS = (1, 2, 4, 8, 16, 32)
 
@@ -52,13 +54,13 @@ def test_concurrency_sweep(perf, vllm_dense, record_latency, concurrency):
         # C=1 by construction, so recorded only above it). No client starvation or machine drift
         # moves it; a server that stops batching reads 1.0.
         perf.record("generated_tokens_per_step", per_step, unit="x", better="higher")
-        perf.record("output_tok_s_vs_c1", [c.output_throughput_tok_s / r.output_throughput_tok_s
-                                           for c, r in zip(at_c, at_1)], unit="x", better="higher")
-        # TPOT is ~0 when a starved client reads a whole answer at once (overloaded machine):
-        # such repetitions carry no TPOT information and are left out of the ratio. No vLLM
-        # step takes under 0.1 ms, so a median below that is starvation, not speed.
-        tpot = [c.tpot_ms.median / r.tpot_ms.median for c, r in zip(at_c, at_1)
-                if r.tpot_ms.median > 0.1 and c.tpot_ms.median > 0.1]
+        perf.record("output_tok_s_vs_c1", paired_ratio([s.output_throughput_tok_s for s in at_c],
+                                                       [s.output_throughput_tok_s for s in at_1]),
+                    unit="x", better="higher")
+        # Repetitions with a starved client (TPOT ~0: a whole answer in one read) carry no TPOT
+        # information and are left out of the ratio.
+        pairs = [(c, r) for c, r in zip(at_c, at_1) if not starved(c.tpot_ms.median, r.tpot_ms.median)]
+        tpot = paired_ratio([c.tpot_ms.median for c, _ in pairs], [r.tpot_ms.median for _, r in pairs])
         if tpot:
             perf.record("tpot_vs_c1", tpot, unit="x", better="lower")
     perf.attach("requests", raw)

@@ -29,7 +29,7 @@ def test_external_decode(perf, command, serving_models, tmp_path):
     missing = command.missing()
     if missing:
         pytest.skip(f"decode command {command.name!r} ({CONFIG.name}): {', '.join(missing)}")
-    from fixtures.serving import CPU_PROFILE
+    from perfgate.workloads.serving import CPU_PROFILE
     argv = " ".join(command.argv)
     placeholders = {"python": sys.executable}
     for kind in ("dense", "moe"):  # built only when the command uses them (tokenizers, transformers)

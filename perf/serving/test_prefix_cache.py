@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 
+from perfgate.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import run_load, shared_prefix_requests
-from perfgate.workloads.serving.server_metrics import PrefixCacheCounters
+from perfgate.workloads.serving.prometheus_counters import PrefixCacheCounters
 from perfgate.workloads.serving.serving_metrics import summarize
 
 
@@ -45,21 +46,13 @@ def test_prefix_cache_on_vs_off(perf, prefix_cache_servers, record_latency):
             for rep, reqs in enumerate(workloads):
                 res[name][rep] = _cold_then_warm(target, reqs, seed=rep)
 
-    ratios = {k: [] for k in ("warm_rps_on_vs_off", "cold_rps_on_vs_off", "warm_ttft_on_vs_off",
-                              "cold_ttft_on_vs_off", "on_warm_vs_cold_rps", "off_warm_vs_cold_rps")}
     hit_warm, hit_cold, phases_by_server, raw = [], [], {"on": [], "off": []}, []
     for rep in range(p.reps):
         for phase in ("cold", "warm"):
             off_hits = res["off"][rep][phase][1]
             assert off_hits == 0, f"prefix caching is off but the server counted {off_hits:.0f} hit tokens ({phase})"
         s = {(n, ph): res[n][rep][ph][0] for n in ("on", "off") for ph in ("cold", "warm")}
-        for ph in ("cold", "warm"):
-            ratios[f"{ph}_rps_on_vs_off"].append(s["on", ph].request_throughput_rps
-                                                 / s["off", ph].request_throughput_rps)
-            ratios[f"{ph}_ttft_on_vs_off"].append(s["on", ph].ttft_ms.mean / s["off", ph].ttft_ms.mean)
         for n in ("on", "off"):
-            ratios[f"{n}_warm_vs_cold_rps"].append(s[n, "warm"].request_throughput_rps
-                                                   / s[n, "cold"].request_throughput_rps)
             phases_by_server[n].append(s)
         hit_cold.append(res["on"][rep]["cold"][2])
         hit_warm.append(res["on"][rep]["warm"][2])
@@ -69,6 +62,22 @@ def test_prefix_cache_on_vs_off(perf, prefix_cache_servers, record_latency):
                                              "records": [r.to_dict() for r in res[n][rep][ph][3].records]}
                                for n in ("on", "off") for ph in ("cold", "warm")}})
     assert all(math.isfinite(h) for h in hit_cold + hit_warm), "prefix cache counters did not move on the 'on' server"
+
+    def per_rep(server: str, phase: str, figure) -> list[float]:
+        return [figure(s[server, phase]) for s in phases_by_server[server]]
+
+    def rps(s):
+        return s.request_throughput_rps
+
+    def ttft(s):
+        return s.ttft_ms.mean
+
+    ratios = {f"{ph}_rps_on_vs_off": paired_ratio(per_rep("on", ph, rps), per_rep("off", ph, rps))
+              for ph in ("warm", "cold")}
+    ratios.update({f"{ph}_ttft_on_vs_off": paired_ratio(per_rep("on", ph, ttft), per_rep("off", ph, ttft))
+                   for ph in ("warm", "cold")})
+    ratios.update({f"{n}_warm_vs_cold_rps": paired_ratio(per_rep(n, "warm", rps), per_rep(n, "cold", rps))
+                   for n in ("on", "off")})
     perf.record("warm_rps_on_vs_off", ratios["warm_rps_on_vs_off"], unit="x", better="higher")
     perf.record("warm_ttft_on_vs_off", ratios["warm_ttft_on_vs_off"], unit="x", better="lower")
     perf.record("cold_rps_on_vs_off", ratios["cold_rps_on_vs_off"], unit="x", better="higher")

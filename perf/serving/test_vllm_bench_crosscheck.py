@@ -27,24 +27,23 @@ import statistics
 
 import pytest
 
+from perfgate.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.starvation import skip_reason, starved, unstarved_runs
 from perfgate.workloads.serving.vllm_bench import BenchServeRun, BenchServeSpec
 
 TARGET = 0.05       # E2EL and ITL medians
 TTFT_BOUND = 0.50
 TPOT_BOUND = 0.15
-STARVED_MS = 0.1    # no vLLM step is this short: a median TPOT/ITL below it is a starved client
 EXTRA_ROUNDS = 3    # re-runs allowed for starved rounds
 
 
 def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
     t = vllm_dense
     p = t.profile
-    ours_ttft, ours_tpot, bench_ttft, bench_tpot, raw = [], [], [], [], []
-    e2el_ratio, itl_ratio = [], []
-    rnd = starved = 0
-    while len(ours_ttft) < p.bench_rounds and rnd < p.bench_rounds + EXTRA_ROUNDS:
+
+    def run_round(rnd: int) -> dict:
         spec = BenchServeSpec(base_url=t.base_url, model=t.model, tokenizer=str(t.server.spec.model),
                               work_dir=tmp_path / f"round{rnd}", input_len=p.input_len, output_len=p.output_len,
                               num_prompts=p.bench_requests, max_concurrency=p.bench_concurrency, seed=rnd)
@@ -56,33 +55,32 @@ def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
             bench = bench_run.result()
         finally:
             bench_run.stop()
-        rnd += 1
         assert result.failed == 0, f"ours: {result.failed} failed requests: {result.errors()}"
         assert bench["failed"] == 0, f"vllm bench serve: {bench['failed']} failed requests"
         assert bench["total_output_tokens"] == p.bench_requests * p.output_len, \
             f"vllm bench serve generated {bench['total_output_tokens']} tokens, expected {p.bench_requests * p.output_len}"
         s = summarize(result.records, result.duration_s)
-        valid = min(s.tpot_ms.median, bench["median_tpot_ms"]) > STARVED_MS
-        raw.append({"round": rnd - 1, "valid": valid, "ours": s.to_dict(),
-                    "ours_records": [r.to_dict() for r in result.records],
-                    "bench": {k: v for k, v in bench.items() if not isinstance(v, list)},
-                    "bench_ttfts_ms": [x * 1e3 for x in bench.get("ttfts", [])]})
-        if not valid:
-            starved += 1
-            continue
-        ours_ttft.append(s.ttft_ms.median)
-        ours_tpot.append(s.tpot_ms.median)
-        bench_ttft.append(bench["median_ttft_ms"])
-        bench_tpot.append(bench["median_tpot_ms"])
-        e2el_ratio.append(s.e2el_ms.median / bench["median_e2el_ms"])
-        if min(s.itl_ms.median, bench["median_itl_ms"]) > STARVED_MS:
-            itl_ratio.append(s.itl_ms.median / bench["median_itl_ms"])
+        return {"round": rnd, "valid": not starved(s.tpot_ms.median, bench["median_tpot_ms"]), "s": s,
+                "bench": bench, "records": result.records}
 
-    if not ours_ttft:
-        pytest.skip(f"all {rnd} rounds had a client starved of CPU (median TPOT under {STARVED_MS} ms): "
-                    "the machine was too loaded to compare the two tools")
-    ttft_ratio = [o / b for o, b in zip(ours_ttft, bench_ttft)]
-    tpot_ratio = [o / b for o, b in zip(ours_tpot, bench_tpot)]
+    kept, every = unstarved_runs(run_round, lambda r: not r["valid"], wanted=p.bench_rounds, extra=EXTRA_ROUNDS)
+    raw = [{"round": r["round"], "valid": r["valid"], "ours": r["s"].to_dict(),
+            "ours_records": [rec.to_dict() for rec in r["records"]],
+            "bench": {k: v for k, v in r["bench"].items() if not isinstance(v, list)},
+            "bench_ttfts_ms": [x * 1e3 for x in r["bench"].get("ttfts", [])]} for r in every]
+    starved_rounds = len(every) - len(kept)
+    if not kept:
+        pytest.skip(skip_reason(len(every), "median TPOT ~0"))
+    ours_ttft = [r["s"].ttft_ms.median for r in kept]
+    ours_tpot = [r["s"].tpot_ms.median for r in kept]
+    bench_ttft = [r["bench"]["median_ttft_ms"] for r in kept]
+    bench_tpot = [r["bench"]["median_tpot_ms"] for r in kept]
+    e2el_ratio = paired_ratio([r["s"].e2el_ms.median for r in kept], [r["bench"]["median_e2el_ms"] for r in kept])
+    # Rounds whose tokens came in pairs (median ITL ~0, TPOT fine) compare everything but ITL.
+    itl = [r for r in kept if not starved(r["s"].itl_ms.median, r["bench"]["median_itl_ms"])]
+    itl_ratio = paired_ratio([r["s"].itl_ms.median for r in itl], [r["bench"]["median_itl_ms"] for r in itl])
+    ttft_ratio = paired_ratio(ours_ttft, bench_ttft)
+    tpot_ratio = paired_ratio(ours_tpot, bench_tpot)
     perf.record("ttft_median_ours_ms", ours_ttft, unit="ms", better="lower")
     perf.record("ttft_median_bench_ms", bench_ttft, unit="ms", better="lower")
     perf.record("tpot_median_ours_ms", ours_tpot, unit="ms", better="lower")
@@ -97,7 +95,7 @@ def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
     ratios = {"ttft_median": ttft_ratio, "tpot_median": tpot_ratio, "e2el_median": e2el_ratio,
               "itl_median": itl_ratio}
     perf.attach("ratios_ours_over_bench", ratios)
-    perf.attach("starved_rounds", starved)
+    perf.attach("starved_rounds", starved_rounds)
     med = {k: statistics.median(v) for k, v in ratios.items() if v}
     summary = (f"median TTFT ours {statistics.median(ours_ttft):.2f} ms vs bench {statistics.median(bench_ttft):.2f} ms; "
                f"median TPOT ours {statistics.median(ours_tpot):.3f} ms vs bench {statistics.median(bench_tpot):.3f} ms; "

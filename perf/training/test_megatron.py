@@ -47,13 +47,13 @@ def _gpu_marks(gpus: int, key: str) -> list:
 
 @pytest.mark.parametrize("schedule, pp, m", PP_M_CASES)
 def test_megatron_pipeline_bubble(perf, runs, schedule, pp, m):
-    spec, per_rank, series = pipeline.measure(runs, PROFILE, schedule, pp)
-    s = series[m]
-    expected_calls = 2 * m * spec.virtual_stages
+    run = pipeline.measure(runs, PROFILE, schedule, pp)
+    s = run.series[m]
+    expected_calls = 2 * m * run.spec.virtual_stages
     for rank, calls in enumerate(s.chunk_calls_by_rank):
         assert all(c == expected_calls for c in calls), (
             f"rank {rank}: Megatron's compute timers fired {calls} times per step, expected {expected_calls}")
-    unpaired = [r["runs"][list(series).index(m)]["unpaired_timer_stops"] for r in per_rank]
+    unpaired = run.by_rank(m, "unpaired_timer_stops")
     assert not any(unpaired), f"Megatron stopped timers it never started: {unpaired} per rank"
     assert s.loss and all(math.isfinite(v) for v in s.loss), f"non-finite loss at M={m}: {s.loss}"
     ref = pipeline.measure_pp1(runs)[m]
@@ -62,19 +62,18 @@ def test_megatron_pipeline_bubble(perf, runs, schedule, pp, m):
     perf.record("tokens_per_s", s.tokens_per_s, unit="tok/s", better="higher")
     perf.record("speedup_vs_pp1", pipeline.speedup_vs_pp1(s, ref), unit="x", better="higher")
     perf.record("stage_time_imbalance", s.busy_imbalance, unit="x", better="lower")
-    perf.record("stage_param_imbalance", [summary.param_imbalance(per_rank)], unit="x", better="lower")
+    perf.record("stage_param_imbalance", [run.param_imbalance], unit="x", better="lower")
     perf.attach("series", s.to_json())
     perf.attach("pp1_series", ref.to_json())
-    perf.attach("stage_params", summary.stage_params(per_rank))
-    perf.attach("p2p_s_by_rank", [r["runs"][list(series).index(m)]["p2p_s"] for r in per_rank])
-    perf.attach("software", {k: per_rank[0][k] for k in ("device", "torch", "megatron_core")})
+    perf.attach("stage_params", run.stage_params)
+    perf.attach("p2p_s_by_rank", run.by_rank(m, "p2p_s"))
+    perf.attach("software", {k: run.per_rank[0][k] for k in ("device", "torch", "megatron_core")})
     perf.attach("seed_reference", SEED)
 
 
 @pytest.mark.parametrize("schedule, pp", PP_TREND_CASES)
 def test_megatron_pipeline_bubble_trend(perf, runs, schedule, pp):
-    _spec, _per_rank, series = pipeline.measure(runs, PROFILE, schedule, pp)
-    tr = summary.trend(series)
+    tr = summary.trend(pipeline.measure(runs, PROFILE, schedule, pp).series)
     perf.attach("trend", tr.to_json())
     assert tr.falls(min_fraction_of_theory=pipeline.min_drop_fraction(PROFILE, tr), rise_slack=pipeline.RISE_SLACK), (
         f"measured bubble did not fall as M grew: best iterations {tr.minima}, medians {tr.medians}, "

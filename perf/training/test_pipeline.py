@@ -49,9 +49,9 @@ TREND_CASES = params([c for p in TORCH for c in pipeline.cases(p, "trend")])
 
 @pytest.mark.parametrize("backend, schedule, pp, m", M_CASES)
 def test_pipeline_bubble(perf, runs, backend, schedule, pp, m):
-    spec, per_rank, series = pipeline.measure(runs, PROFILE[backend], schedule, pp)
-    s = series[m]
-    expected_calls = 2 * m * spec.virtual_stages  # one forward and one backward per microbatch per chunk
+    run = pipeline.measure(runs, PROFILE[backend], schedule, pp)
+    s = run.series[m]
+    expected_calls = 2 * m * run.spec.virtual_stages  # one forward and one backward per microbatch per chunk
     for rank, calls in enumerate(s.chunk_calls_by_rank):
         assert all(c == expected_calls for c in calls), (
             f"rank {rank}: busy-time brackets saw {calls} chunk calls per step, expected {expected_calls}; "
@@ -63,17 +63,16 @@ def test_pipeline_bubble(perf, runs, backend, schedule, pp, m):
     perf.record("speedup_vs_pp1", s.speedup_vs_pp1, unit="x", better="higher")
     perf.record("stage_time_imbalance", s.busy_imbalance, unit="x", better="lower")
     # Deterministic (a count, not a timing): one sample, shown beside the timing imbalance.
-    perf.record("stage_param_imbalance", [summary.param_imbalance(per_rank)], unit="x", better="lower")
+    perf.record("stage_param_imbalance", [run.param_imbalance], unit="x", better="lower")
     perf.attach("series", s.to_json())
-    perf.attach("stage_params", summary.stage_params(per_rank))
-    perf.attach("theory", {"formula": "(PP-1)/(v*M+PP-1)", "pp": pp, "m": m, "v": spec.virtual_stages,
+    perf.attach("stage_params", run.stage_params)
+    perf.attach("theory", {"formula": "(PP-1)/(v*M+PP-1)", "pp": pp, "m": m, "v": run.spec.virtual_stages,
                            "bubble": s.theory})
 
 
 @pytest.mark.parametrize("backend, schedule, pp", TREND_CASES)
 def test_pipeline_bubble_trend(perf, runs, backend, schedule, pp):
-    _spec, _per_rank, series = pipeline.measure(runs, PROFILE[backend], schedule, pp)
-    tr = summary.trend(series)
+    tr = summary.trend(pipeline.measure(runs, PROFILE[backend], schedule, pp).series)
     perf.attach("trend", tr.to_json())
     min_fraction = pipeline.min_drop_fraction(PROFILE[backend], tr)
     assert tr.falls(min_fraction_of_theory=min_fraction, rise_slack=pipeline.RISE_SLACK), (
@@ -87,7 +86,8 @@ def test_pipeline_bubble_trend(perf, runs, backend, schedule, pp):
 
 @pytest.mark.parametrize("backend, schedule, pp", RUN_CASES)
 def test_pipeline_matches_single_process(runs, backend, schedule, pp):
-    spec, per_rank, _series = pipeline.measure(runs, PROFILE[backend], schedule, pp)
+    run = pipeline.measure(runs, PROFILE[backend], schedule, pp)
+    spec, per_rank = run.spec, run.per_rank
     tol = TOLERANCES[spec.dtype]
     last = max(per_rank, key=lambda r: max(r["chunks"]))
     for check in last["checks"]:

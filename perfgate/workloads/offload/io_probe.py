@@ -56,7 +56,7 @@ class ProbeRound:
         return sum(self.latencies_s) / self.wall_s
 
 
-def summarize(rounds: list[ProbeRound]) -> dict:
+def summarize_rounds(rounds: list[ProbeRound]) -> dict:
     """Latency percentiles over all reads of the rounds, and bandwidth over their summed wall time."""
     lat_ms = np.array([x for r in rounds for x in r.latencies_s]) * 1e3
     wall = sum(r.wall_s for r in rounds)

@@ -14,6 +14,7 @@ on CUDA only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from perfgate.workloads.area import Area, Case
 from perfgate.metrics import paired_ratio
@@ -132,16 +133,33 @@ def cases(profile: Profile, level: str = "m") -> list[Case]:
     return out
 
 
-def reduce(per_rank, specs) -> list[tuple]:
-    """One launch of several specs (per rank: one result per spec) -> per spec ``(spec, per_rank
-    results, {M: MSeries})``; the series combine every rank's busy and step times (summary)."""
+@dataclass
+class PipelineRun:
+    """One schedule at one PP degree, reduced: what the tests record, plus the raw per-rank results
+    (for correctness checks and attachments)."""
+
+    spec: Any
+    per_rank: list[dict]
+    series: dict           # {M: summary.MSeries}: every rank's busy and step times combined per iteration
+    stage_params: list[int]
+    param_imbalance: float
+
+    def by_rank(self, m: int, key: str) -> list:
+        """``key`` of M's record on every rank, in rank order (diagnostics, not a combined figure)."""
+        k = list(self.series).index(m)
+        return [r["runs"][k][key] for r in self.per_rank]
+
+
+def reduce(per_rank, specs) -> list[PipelineRun]:
+    """One launch of several specs (per rank: one result per spec) -> one PipelineRun per spec."""
     from perfgate.workloads.pipeline import summary
 
     out = []
     for i, spec in enumerate(specs):
         results = [rank_results[i] for rank_results in per_rank]
-        out.append((spec, results, summary.series_by_m(results, pp=spec.pp, virtual_stages=spec.virtual_stages,
-                                                        tokens_per_microbatch=spec.tokens_per_microbatch)))
+        series = summary.series_by_m(results, pp=spec.pp, virtual_stages=spec.virtual_stages,
+                                     tokens_per_microbatch=spec.tokens_per_microbatch)
+        out.append(PipelineRun(spec, results, series, summary.stage_params(results), summary.param_imbalance(results)))
     return out
 
 
@@ -162,8 +180,8 @@ def reduce_tp(per_rank, spec) -> dict[str, dict]:
 AREA = Area("pipeline", PROFILES, cases, reduce)
 
 
-def measure(runs, profile: Profile, schedule: str, pp: int):
-    """``(spec, per_rank, {M: MSeries})`` of one schedule at one PP. Every schedule of that PP runs
+def measure(runs, profile: Profile, schedule: str, pp: int) -> PipelineRun:
+    """One schedule at one PP. Every schedule of that PP runs
     in one launch (rank start-up costs seconds); a re-measurement launches only its own schedule."""
     from perfgate.launch import launch
 
@@ -171,11 +189,12 @@ def measure(runs, profile: Profile, schedule: str, pp: int):
         return ("pipeline", profile.name, s, pp)
 
     def produce(missing):
-        specs = tuple(profile.spec(k[2], pp) for k in missing)  # validated before any rank starts
+        # In the profile's order, whichever was asked first; validated before any rank starts.
+        specs = tuple(profile.spec(s, pp) for s in profile.schedules if key(s) in missing)
         env = {"OMP_NUM_THREADS": "1"} if profile.backend == "gloo" else None
         per_rank = launch(TARGETS[profile.engine], specs, world_size=pp, backend=profile.backend, timeout_s=900,
                           env=env)
-        return {key(spec.schedule): res for spec, res in zip(specs, reduce(per_rank, specs))}
+        return {key(run.spec.schedule): run for run in reduce(per_rank, specs)}
     schedules = [s for s in profile.schedules if profile.valid_ms(s, pp)]
     return runs.get_many([key(schedule)], produce, batch=[key(s) for s in schedules])[0]
 
@@ -187,7 +206,8 @@ def measure_pp1(runs):
 
     def produce():
         spec = MegatronPipelineSpec(pp=1, schedule="1f1b", microbatches=MS)
-        return reduce(launch(TARGETS["megatron"], (spec,), world_size=1, backend="nccl", timeout_s=900), (spec,))[0][2]
+        return reduce(launch(TARGETS["megatron"], (spec,), world_size=1, backend="nccl", timeout_s=900),
+                      (spec,))[0].series
     return runs.get(("pipeline", "megatron-pp1"), produce)
 
 

@@ -131,3 +131,11 @@ class ParallelLayout:
             parts.append(f"v{self.virtual_stages}")
         parts.append(f"m{self.microbatches}")
         return "-".join(parts)
+
+
+def pipeline_layouts(spec, engine: str, num_layers: int) -> tuple[ParallelLayout, ...]:
+    """Every (PP, M) layout of a pipeline spec (``pp``, ``schedule``, ``virtual_stages``,
+    ``microbatches``), validated here in the parent: a bad one never starts a process."""
+    return tuple(ParallelLayout(world_size=spec.pp, pp=spec.pp, microbatches=m, virtual_stages=spec.virtual_stages,
+                                schedule=spec.schedule, engine=engine, num_layers=num_layers)
+                 for m in spec.microbatches)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from perfgate.workloads.pipeline.layout import ParallelLayout
+from perfgate.workloads.pipeline.layout import ParallelLayout, pipeline_layouts
 from perfgate.workloads.pipeline.megatron_common import MIN_MEASURED_STEPS, PP_MODEL, MegatronModel
 
 
@@ -41,10 +41,7 @@ class MegatronPipelineSpec:
         if self.measured_steps < MIN_MEASURED_STEPS or self.warmup_steps < 1:
             raise ValueError(f"need warmup_steps >= 1 and measured_steps >= {MIN_MEASURED_STEPS}, got "
                              f"{self.warmup_steps}, {self.measured_steps}")
-        object.__setattr__(self, "layouts", tuple(
-            ParallelLayout(world_size=self.pp, pp=self.pp, microbatches=m, virtual_stages=self.virtual_stages,
-                           schedule=self.schedule, engine="megatron", num_layers=self.model.num_layers)
-            for m in self.microbatches))
+        object.__setattr__(self, "layouts", pipeline_layouts(self, "megatron", self.model.num_layers))
 
     @property
     def world_size(self) -> int:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfgate.workloads.area import MIN_MEASURED_STEPS
-from perfgate.workloads.pipeline.layout import ParallelLayout
+from perfgate.workloads.pipeline.layout import ParallelLayout, pipeline_layouts
 from perfgate.workloads.training.model import GPTConfig
 
 DTYPES = ("float32", "bfloat16")
@@ -78,10 +78,7 @@ class TorchPipelineSpec:
         if self.model.tie_embeddings and self.pp > 1:
             raise ValueError(f"model {self.model.name} ties embedding and head; a pipeline needs an untied one")
         # Every (PP, M) layout is validated here, in the parent: a bad one never starts a process.
-        object.__setattr__(self, "layouts", tuple(
-            ParallelLayout(world_size=self.pp, pp=self.pp, microbatches=m, virtual_stages=self.virtual_stages,
-                           schedule=self.schedule, engine="torch", num_layers=self.model.n_layer)
-            for m in self.microbatches))
+        object.__setattr__(self, "layouts", pipeline_layouts(self, "torch", self.model.n_layer))
 
     @property
     def world_size(self) -> int:

@@ -1,7 +1,112 @@
 """Serving measurements: a real `vllm serve`, our load generator, metrics from raw records.
 
 Modules: loadgen (requests and raw timings), serving_metrics (records -> TTFT/TPOT/ITL/goodput),
-server (start/stop vllm serve), server_metrics (its /metrics counters), vllm_bench (vLLM's
+server (start/stop vllm serve), prometheus_counters (its /metrics counters), vllm_bench (vLLM's
 own benchmark, for the cross-check), tiny_model (model dirs with no download),
-decode_command and hf_decode (decode tokens/s of external commands). None imports vLLM.
+decode_command and hf_decode (decode tokens/s of external commands), starvation (runs in
+which a starved client read whole answers at once). None imports vLLM.
+
+This file is the area: the CPU and GPU profiles (workload sizes per machine class) and their
+cases. Serving has no ranks: one load generator keeps raw per-request records and
+``serving_metrics.summarize`` (the area's ``reduce``) turns them into metrics.
 """
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from perfgate.workloads.area import Area, Case
+from perfgate.workloads.serving.serving_metrics import Slo, summarize
+from perfgate.workloads.serving.tiny_model import (QWEN3_MOE_SMALL_STRUCTURE, QWEN25_7B_STRUCTURE, TINY_DENSE,
+                                                   TINY_MOE, TinyModelSpec)
+
+
+@dataclass(frozen=True)
+class ServingProfile:
+    """Workload sizes for one class of hardware. CPU numbers are small on purpose."""
+
+    name: str
+    dense_model: TinyModelSpec
+    moe_model: TinyModelSpec
+    engine_args: tuple[str, ...]
+    startup_timeout_s: float
+    # continuous batching (seed §10.1: 128 in / 32 out, C=1/4/16/32, 48 requests)
+    input_len: int
+    output_len: int
+    concurrency: tuple[int, ...]
+    requests_per_slot: int           # requests per concurrency level = max(min_requests, C * this)
+    min_requests: int
+    reps: int                        # repetitions of every measured phase (samples per ratio)
+    # open-loop rate sweep (seed §12.2: Poisson, 64 prompts, max_concurrency 64)
+    rate_fractions: tuple[float, ...]  # offered rates as fractions of the measured capacity
+    rate_requests: int
+    rate_max_concurrency: int
+    slo: Slo | None                  # absolute SLO; None = relative to unloaded latency
+    slo_ttft_x: float                # relative SLO: bound = x * unloaded median
+    slo_tpot_x: float
+    min_attainment: float            # a rate "meets the SLO" when this fraction of requests does
+    # prefix cache (seed §12.1: 1024-token prefix + 32 suffix, 16 out, 48 requests, 4 prefixes, C=8)
+    prefix_len: int
+    suffix_len: int
+    prefix_output_len: int
+    prefix_requests: int
+    num_prefixes: int
+    prefix_concurrency: int
+    # long-prefill interference (seed §10.4: 1024 in / 16 out, C=8)
+    long_prefill_len: int
+    long_prefill_requests: int
+    decode_streams: int
+    decode_stream_output_len: int
+    # single-stream decode
+    decode_input_len: int
+    decode_output_len: int
+    decode_requests: int
+    # vllm bench serve cross-check
+    bench_requests: int
+    bench_concurrency: int
+    bench_rounds: int
+    model_env: tuple[tuple[str, str], ...] = field(default=())
+
+
+CPU_PROFILE = ServingProfile(
+    name="cpu",
+    dense_model=replace(TINY_DENSE, weights="safetensors"),  # the real weight loader, once
+    moe_model=TINY_MOE,                                      # dummy weights
+    engine_args=("--max-model-len", "2048", "--max-num-seqs", "64", "--disable-uvicorn-access-log"),
+    startup_timeout_s=600.0,
+    input_len=128, output_len=32, concurrency=(1, 2, 4, 8), requests_per_slot=4, min_requests=6, reps=5,
+    rate_fractions=(0.25, 0.5, 1.0, 1.5), rate_requests=24, rate_max_concurrency=64,
+    slo=None, slo_ttft_x=4.0, slo_tpot_x=2.5, min_attainment=0.9,
+    prefix_len=1024, suffix_len=32, prefix_output_len=8, prefix_requests=16, num_prefixes=2,
+    prefix_concurrency=4,
+    long_prefill_len=1536, long_prefill_requests=2, decode_streams=2, decode_stream_output_len=48,
+    decode_input_len=32, decode_output_len=96, decode_requests=5,
+    bench_requests=96, bench_concurrency=4, bench_rounds=3,
+)
+
+GPU_PROFILE = ServingProfile(
+    name="gpu",
+    dense_model=QWEN25_7B_STRUCTURE,
+    moe_model=QWEN3_MOE_SMALL_STRUCTURE,
+    engine_args=("--max-model-len", "2048", "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log"),
+    startup_timeout_s=900.0,
+    input_len=128, output_len=32, concurrency=(1, 4, 16, 32), requests_per_slot=2, min_requests=16, reps=5,
+    rate_fractions=(0.25, 0.5, 0.75, 1.0, 1.25), rate_requests=64, rate_max_concurrency=64,
+    slo=Slo(ttft_ms=250.0, tpot_ms=40.0), slo_ttft_x=3.0, slo_tpot_x=2.0, min_attainment=0.9,
+    prefix_len=1024, suffix_len=32, prefix_output_len=16, prefix_requests=48, num_prefixes=4,
+    prefix_concurrency=8,
+    long_prefill_len=1024, long_prefill_requests=8, decode_streams=8, decode_stream_output_len=64,
+    decode_input_len=32, decode_output_len=256, decode_requests=5,
+    bench_requests=256, bench_concurrency=16, bench_rounds=3,
+)
+
+PROFILES = {"cpu": CPU_PROFILE, "gpu": GPU_PROFILE}
+
+
+def cases(profile: ServingProfile) -> list[Case]:
+    """One case per profile: the session fixture ``serving_profile`` is parametrized with it."""
+    marker = "cpu" if profile.name == "cpu" else "1gpu"
+    return [Case(profile.name, (profile.name,), (marker, "vllm"))]
+
+
+AREA = Area("serving", PROFILES, cases, summarize)
+

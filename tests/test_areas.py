@@ -1,0 +1,76 @@
+"""The seam between perf tests and workloads: each area's reduce (the one place per-rank
+results are combined), paired ratios, the starved-client rule. Pure functions, hand-made inputs."""
+from __future__ import annotations
+
+import pytest
+
+from perfgate.metrics import MetricError, paired_ratio, paired_saving
+from perfgate.workloads import collectives, pipeline, serving, training
+from perfgate.workloads.serving.starvation import STARVED_MS, starved, unstarved_runs
+
+
+def test_paired_ratio_pairs_step_by_step():
+    assert paired_ratio([2.0, 9.0], [1.0, 3.0]) == [2.0, 3.0]
+    assert paired_ratio([2.0, 9.0, 4.0], [1.0, 3.0], truncate=True) == [2.0, 3.0]
+    assert paired_saving([1.0, 3.0], [2.0, 4.0]) == [0.5, 0.25]
+    with pytest.raises(MetricError, match="cannot pair 3 samples with 2"):
+        paired_ratio([1.0, 2.0, 3.0], [1.0, 2.0])
+    with pytest.raises(MetricError, match="zero in the denominator"):
+        paired_ratio([1.0], [0.0])
+
+
+def _rank(times, wrong, size=1024):
+    return {"size_bytes": size, "count": 256, "iters": 10, "graph": False, "bus_factor": 1.5,
+            "time_us": times, "wrong": wrong}
+
+
+def test_collectives_reduce_takes_the_slowest_rank_and_sums_wrong_elements():
+    out = collectives.reduce([[_rank([10.0, 30.0], 0)], [_rank([20.0, 15.0], 2)]])
+    assert out[0]["time_us"] == [20.0, 30.0]
+    assert out[0]["wrong"] == 2 and out[0]["wrong_by_rank"] == [0, 2]
+    assert out[0]["algbw_gbps"][0] == pytest.approx(1024 / 20e-6 / 1e9)
+    assert out[0]["busbw_gbps"][0] == pytest.approx(1.5 * out[0]["algbw_gbps"][0])
+    with pytest.raises(ValueError, match="ranks disagree"):
+        collectives.reduce([[_rank([1.0], 0)], [_rank([1.0, 2.0], 0)]])
+
+
+def test_megatron_tp_reduce_takes_the_slowest_step_and_largest_peak():
+    class Spec:
+        cases = [type("C", (), {"name": "tp2-dp1"})()]
+        tokens_per_step = 100
+
+    ranks = [{"cases": [{"step_s": [1.0, 4.0], "peak_alloc_gib": [3.0, 1.0], "loss": [2.0]}]},
+             {"cases": [{"step_s": [2.0, 2.0], "peak_alloc_gib": [1.0, 5.0], "loss": [2.0]}]}]
+    rec = pipeline.reduce_tp(ranks, Spec)["tp2-dp1"]
+    assert rec["step_s"] == [2.0, 4.0] and rec["peak_alloc_gib"] == [3.0, 5.0] and rec["tokens_per_s"] == [50.0, 25.0]
+
+
+def test_every_area_lists_cases_with_unique_ids():
+    for area in (collectives.AREA, training.AREA, pipeline.AREA, serving.AREA):
+        ids = [c.id for c in area.all_cases()]
+        assert ids and len(ids) == len(set(ids)), area.name
+
+
+def test_unstarved_runs_re_runs_starved_ones_up_to_a_limit():
+    medians = iter([0.0, 5.0, 0.05, 6.0])
+    kept, every = unstarved_runs(lambda i: next(medians), starved, wanted=2, extra=3)
+    assert kept == [5.0, 6.0] and every == [0.0, 5.0, 0.05, 6.0]
+    kept, every = unstarved_runs(lambda i: 0.0, starved, wanted=1, extra=2)
+    assert kept == [] and len(every) == 3
+    assert starved(3.0, STARVED_MS) and not starved(3.0, 0.2)
+
+
+def test_pipeline_reduce_splits_specs_and_combines_ranks():
+    class Spec:
+        pp, virtual_stages, tokens_per_microbatch, schedule = 2, 1, 10, "gpipe"
+
+    def rank(busy, params):
+        return {"chunk_params": {"0": params},
+                "runs": [{"m": 4, "busy_s": busy, "sched_s": [1.0, 1.0], "step_s": [1.0, 2.0], "loss": [1.0, 1.0],
+                          "p2p_s": [0.1, 0.2]}]}
+
+    run, = pipeline.reduce([[rank([0.5, 0.5], 100)], [rank([0.7, 0.3], 300)]], [Spec])
+    assert run.spec is Spec and run.stage_params == [100, 300] and run.param_imbalance == 3.0
+    assert run.series[4].bubble == pytest.approx([0.4, 0.6])
+    assert run.series[4].tokens_per_s == pytest.approx([40.0, 20.0])  # slowest rank's step: 1 s, 2 s
+    assert run.by_rank(4, "p2p_s") == [[0.1, 0.2], [0.1, 0.2]]
