@@ -154,7 +154,8 @@ def assert_fires(result) -> None:
 
 OFFLOAD = ["perf/offload/test_expert_reads.py::test_expert_read[buffered]",
            "perf/offload/test_expert_reads.py::test_layer_read[buffered-24threads]",
-           "perf/offload/test_device_probe.py::test_device_probe_scaling"]
+           "perf/offload/test_device_probe.py::test_device_probe_scaling",
+           "perf/offload/test_decode_prediction.py::test_predicted_decode"]
 OFFLOAD_ENV = {"PERFGATE_EXPERT_FILE_GIB": SMALL_EXPERT_FILE_GIB}
 
 
@@ -167,6 +168,7 @@ def test_offload_bugs_fire(tmp_path):
     assert_fires(judge(bad, OFFLOAD[0], "parallel_reads_in_flight", baseline=clean))
     assert_fires(judge(bad, OFFLOAD[1], "in_flight_parallel_over_sequential", baseline=clean))
     assert_fires(judge(bad, OFFLOAD[2], "reads_in_flight_16t", baseline=clean))
+    assert_fires(judge(bad, OFFLOAD[3], "layer_in_flight_parallel_over_sequential", baseline=clean))
 
 
 @pytest.mark.cpu
