@@ -32,8 +32,8 @@ from perfgate.gate import evaluate
 from perfgate.markers import MARKERS, missing_requirements
 from perfgate.progress import SweepProgress
 from perfgate.recorder import PerfRecorder
-from perfgate.runcache import RunCache
 from perfgate.results import MetricResult, area_of
+from perfgate.runcache import RunCache
 from perfgate.verdict import Outcome, fails
 
 _STATE = pytest.StashKey["_PerfState"]()

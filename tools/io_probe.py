@@ -30,7 +30,7 @@ from rich.table import Table
 from perfgate.workloads.offload.decode_model import DecodeModel
 from perfgate.workloads.offload.expert_reads import ExpertReader, ReadSpec
 from perfgate.workloads.offload.gguf_layout import GGUFLayoutError, read_expert_layout
-from perfgate.workloads.offload.io_probe import DeviceProbe, summarize_rounds
+from perfgate.workloads.offload.device_probe import DeviceProbe, summarize_rounds
 from perfgate.workloads.offload.page_cache import direct_io_supported, page_cache_droppable
 
 

@@ -22,7 +22,7 @@ from fixtures.gguf_experts import choose_file_bytes, spec_for_bytes, write_exper
 from fixtures.offload_option import expert_file_given
 from perfgate.workloads.offload.expert_reads import ExpertReader
 from perfgate.workloads.offload.gguf_layout import GGUFLayoutError, read_expert_layout
-from perfgate.workloads.offload.io_probe import DeviceProbe
+from perfgate.workloads.offload.device_probe import DeviceProbe
 from perfgate.workloads.offload.page_cache import (drop_file_cache, page_cache_droppable,
                                                    resident_fraction)
 

@@ -16,7 +16,7 @@ import pytest
 
 from perfgate.metrics import paired_ratio
 from perfgate.workloads.offload import SSD as P
-from perfgate.workloads.offload.io_probe import rounds_as_json, summarize_rounds
+from perfgate.workloads.offload.device_probe import rounds_as_json, summarize_rounds
 from perfgate.workloads.offload.page_cache import drop_cache, open_for_reads, resident_fraction
 from perfgate.workloads.offload.read_pool import Arena, pread_exact
 

@@ -13,7 +13,7 @@ import pytest
 from perfgate.metrics import paired_ratio
 from perfgate.workloads.offload import SSD
 from perfgate.workloads.offload.fio import fio_path, fio_version, run_fio
-from perfgate.workloads.offload.io_probe import stream
+from perfgate.workloads.offload.device_probe import stream
 from perfgate.workloads.offload.page_cache import direct_io_supported
 
 pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]

@@ -54,7 +54,8 @@ def test_long_prefill_interference(perf, vllm_dense, record_latency):
     streamed = [(m, a) for m, a in zip(mixed, alone) if not starved(a.tpot_ms.median)]
     tpot = paired_ratio([m.tpot_ms.median for m, _ in streamed], [a.tpot_ms.median for _, a in streamed])
     chunked = [(m, a) for m, a in zip(mixed, alone) if not starved(a.itl_ms.percentiles["p99"])]
-    itl = paired_ratio([m.itl_ms.percentiles["p99"] for m, _ in chunked], [a.itl_ms.percentiles["p99"] for _, a in chunked])
+    itl = paired_ratio([m.itl_ms.percentiles["p99"] for m, _ in chunked],
+                       [a.itl_ms.percentiles["p99"] for _, a in chunked])
     perf.attach("burst_repetitions", {"tpot_ratio_left_out": p.reps - len(tpot), "itl_ratio_left_out": p.reps - len(itl)})
     if tpot:
         perf.record("decode_tpot_with_vs_without_prefill", tpot, unit="x", better="lower")

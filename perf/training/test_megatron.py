@@ -23,7 +23,7 @@ import pytest
 from fixtures.cases import params
 from perfgate.metrics import paired_ratio, paired_saving
 from perfgate.workloads import pipeline
-from perfgate.workloads.pipeline import summary
+from perfgate.workloads.pipeline import series
 from perfgate.workloads.pipeline.megatron_common import TP_MODEL
 from perfgate.workloads.pipeline.megatron_tp import MegatronTPSpec, TPCase
 
@@ -73,7 +73,7 @@ def test_megatron_pipeline_bubble(perf, runs, schedule, pp, m):
 
 @pytest.mark.parametrize("schedule, pp", PP_TREND_CASES)
 def test_megatron_pipeline_bubble_trend(perf, runs, schedule, pp):
-    tr = summary.trend(pipeline.measure(runs, PROFILE, schedule, pp).series)
+    tr = series.trend(pipeline.measure(runs, PROFILE, schedule, pp).series)
     perf.attach("trend", tr.to_json())
     assert tr.falls(min_fraction_of_theory=pipeline.min_drop_fraction(PROFILE, tr), rise_slack=pipeline.RISE_SLACK), (
         f"measured bubble did not fall as M grew: best iterations {tr.minima}, medians {tr.medians}, "
@@ -100,11 +100,14 @@ def test_megatron_tp_sp(perf, runs, gpus):
             continue
         off = got[case.name]
         on = got[TPCase(case.tp, case.dp, sequence_parallel=True).name]
-        perf.record(f"tp{case.tp}_vs_tp1_throughput", paired_ratio(off["tokens_per_s"], tp1["tokens_per_s"], truncate=True),
+        perf.record(f"tp{case.tp}_vs_tp1_throughput",
+                    paired_ratio(off["tokens_per_s"], tp1["tokens_per_s"], truncate=True),
                     unit="x", better="higher")
-        perf.record(f"tp{case.tp}_sp_memory_saving", paired_saving(on["peak_alloc_gib"], off["peak_alloc_gib"], truncate=True),
+        perf.record(f"tp{case.tp}_sp_memory_saving",
+                    paired_saving(on["peak_alloc_gib"], off["peak_alloc_gib"], truncate=True),
                     unit="fraction", better="higher")
-        perf.record(f"tp{case.tp}_sp_throughput_ratio", paired_ratio(on["tokens_per_s"], off["tokens_per_s"], truncate=True),
+        perf.record(f"tp{case.tp}_sp_throughput_ratio",
+                    paired_ratio(on["tokens_per_s"], off["tokens_per_s"], truncate=True),
                     unit="x", better="higher")
     perf.attach("cases", got)
     perf.attach("seed_reference", SEED)
@@ -125,13 +128,16 @@ def test_megatron_recompute(perf, runs, gpus):
         off = got[TPCase(2, dp, sequence_parallel=sp, recompute=False).name]
         on = got[TPCase(2, dp, sequence_parallel=sp, recompute=True).name]
         tag = f"sp_{'on' if sp else 'off'}"
-        perf.record(f"recompute_memory_saving_{tag}", paired_saving(on["peak_alloc_gib"], off["peak_alloc_gib"], truncate=True),
+        perf.record(f"recompute_memory_saving_{tag}",
+                    paired_saving(on["peak_alloc_gib"], off["peak_alloc_gib"], truncate=True),
                     unit="fraction", better="higher")
-        perf.record(f"recompute_throughput_ratio_{tag}", paired_ratio(on["tokens_per_s"], off["tokens_per_s"], truncate=True),
+        perf.record(f"recompute_throughput_ratio_{tag}",
+                    paired_ratio(on["tokens_per_s"], off["tokens_per_s"], truncate=True),
                     unit="x", better="higher")
     sp_off = got[TPCase(2, dp, sequence_parallel=False).name]
     sp_on = got[TPCase(2, dp, sequence_parallel=True).name]
-    perf.record("sp_memory_saving_long_seq", paired_saving(sp_on["peak_alloc_gib"], sp_off["peak_alloc_gib"], truncate=True),
+    perf.record("sp_memory_saving_long_seq",
+                paired_saving(sp_on["peak_alloc_gib"], sp_off["peak_alloc_gib"], truncate=True),
                 unit="fraction", better="higher")
     perf.attach("cases", got)
     perf.attach("seed_reference", SEED)

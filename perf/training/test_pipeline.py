@@ -34,7 +34,7 @@ import pytest
 
 from fixtures.cases import params
 from perfgate.workloads import pipeline
-from perfgate.workloads.pipeline import summary
+from perfgate.workloads.pipeline import series
 from perfgate.workloads.pipeline.bubble import theoretical_bubble
 from perfgate.workloads.pipeline.layout import ParallelLayout
 from perfgate.workloads.pipeline.stages import CPU_CONFIG
@@ -72,7 +72,7 @@ def test_pipeline_bubble(perf, runs, backend, schedule, pp, m):
 
 @pytest.mark.parametrize("backend, schedule, pp", TREND_CASES)
 def test_pipeline_bubble_trend(perf, runs, backend, schedule, pp):
-    tr = summary.trend(pipeline.measure(runs, PROFILE[backend], schedule, pp).series)
+    tr = series.trend(pipeline.measure(runs, PROFILE[backend], schedule, pp).series)
     perf.attach("trend", tr.to_json())
     min_fraction = pipeline.min_drop_fraction(PROFILE[backend], tr)
     assert tr.falls(min_fraction_of_theory=min_fraction, rise_slack=pipeline.RISE_SLACK), (

@@ -9,7 +9,7 @@ experts miss.
 Modules, one job each:
   gguf_layout   GGUF file -> per-expert (offset, length) segments
   page_cache    drop a file's pages from the page cache; residency check; O_DIRECT buffers
-  io_probe      the device: random reads of one block size at 1..16 threads; 4 KiB latency / IOPS
+  device_probe  the device: random reads of one block size at 1..16 threads; 4 KiB latency / IOPS
   expert_reads  the critical path: one expert (3 segments) and one layer (k experts) read cold
   cache_sim     routing traces -> hit rates of LRU / Belady / hot-set pin / admit-after-N, reuse, U(k)
   decode_model  measured miss latency + hit rate + layer count -> predicted decode tok/s
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfgate.workloads.area import Area, Case
-from perfgate.workloads.offload.io_probe import DEFAULT_THREADS
+from perfgate.workloads.offload.device_probe import DEFAULT_THREADS
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Cross-check our read path against fio on the same file, block size and queue depth.
 
-fio is the reference tool for storage benchmarks; if our Python pread loop (`io_probe.stream`) gets
+fio is the reference tool for storage benchmarks; if our Python pread loop (`device_probe.stream`) gets
 a bandwidth close to fio's under the same access pattern, the numbers in this package measure the
 device rather than our harness. The pattern on both sides: random reads, block-aligned offsets
 with repeats allowed (fio --norandommap), O_DIRECT, one synchronous read in flight per thread

@@ -4,7 +4,7 @@ Modules, each with one job, none importing pytest:
 ``layout`` (the validated TP x PP x DP layout), ``bubble`` (bubble theory and the arithmetic
 that turns busy times into a measured bubble), ``stages`` (the shared GPT cut into pipeline
 chunks), ``chunk_timer`` (busy-time brackets around a stage's chunk computations),
-``torch_pp`` (torch.distributed.pipelining worker, CPU/gloo and GPU/NCCL), ``summary``
+``torch_pp`` (torch.distributed.pipelining worker, CPU/gloo and GPU/NCCL), ``series``
 (per-rank raw timings -> per-M series and the M trend), ``megatron_common`` (Megatron-Core
 set-up shared by the two Megatron workers), ``megatron_norm`` (a LayerNorm that lets the
 local spec run sequence parallelism without Apex), ``megatron_pp`` (1F1B and interleaved
@@ -21,7 +21,7 @@ from perfgate.metrics import paired_ratio
 from perfgate.workloads.pipeline.layout import ParallelLayout
 
 MS = (1, 4, 16)
-# Trend invariant, on each M's least-disturbed iteration (summary.Trend.falls): the bubble must
+# Trend invariant, on each M's least-disturbed iteration (series.Trend.falls): the bubble must
 # fall from the smallest to the largest M by at least this share of the theoretical drop (a
 # serialised schedule, or brackets that see no work, measure ~0 drop), and may not rise by more
 # than RISE_SLACK between neighbouring M (noise of a loaded 2-core machine; theory only falls).
@@ -140,7 +140,7 @@ class PipelineRun:
 
     spec: Any
     per_rank: list[dict]
-    series: dict           # {M: summary.MSeries}: every rank's busy and step times combined per iteration
+    series: dict           # {M: series.MSeries}: every rank's busy and step times combined per iteration
     stage_params: list[int]
     param_imbalance: float
 
@@ -152,14 +152,15 @@ class PipelineRun:
 
 def reduce(per_rank, specs) -> list[PipelineRun]:
     """One launch of several specs (per rank: one result per spec) -> one PipelineRun per spec."""
-    from perfgate.workloads.pipeline import summary
+    from perfgate.workloads.pipeline import series as series_mod
 
     out = []
     for i, spec in enumerate(specs):
         results = [rank_results[i] for rank_results in per_rank]
-        series = summary.series_by_m(results, pp=spec.pp, virtual_stages=spec.virtual_stages,
+        series = series_mod.series_by_m(results, pp=spec.pp, virtual_stages=spec.virtual_stages,
                                      tokens_per_microbatch=spec.tokens_per_microbatch)
-        out.append(PipelineRun(spec, results, series, summary.stage_params(results), summary.param_imbalance(results)))
+        out.append(PipelineRun(spec, results, series, series_mod.stage_params(results),
+                                   series_mod.param_imbalance(results)))
     return out
 
 
@@ -249,4 +250,5 @@ def recompute_cases(gpus: int) -> tuple:
     """TP=2 (the seed's smallest TP), DP = gpus / 2: recompute off/on, with SP off and on (seed §7.5)."""
     from perfgate.workloads.pipeline.megatron_tp import TPCase
 
-    return tuple(TPCase(2, gpus // 2, sequence_parallel=sp, recompute=rc) for sp in (False, True) for rc in (False, True))
+    return tuple(TPCase(2, gpus // 2, sequence_parallel=sp, recompute=rc)
+                 for sp in (False, True) for rc in (False, True))

@@ -10,7 +10,7 @@ is wrapped or patched. The 'forward-recv', 'backward-send-forward-recv', ... bra
 P2P waits and are returned separately for diagnosis.
 
 Per M: ``warmup_steps`` discarded optimizer steps, then ``measured_steps`` samples. Raw per-
-iteration timings come back in the same shape as torch_pp's, for ``summary.series_by_m``.
+iteration timings come back in the same shape as torch_pp's, for ``series.series_by_m``.
 PP=1 (``pp=1``) runs ``forward_backward_no_pipelining`` on one GPU: the speedup reference.
 """
 from __future__ import annotations
@@ -113,7 +113,7 @@ def run(spec: MegatronPipelineSpec, ctx) -> dict:
                 rec["loss"].append(sum(losses) / len(losses))
         runs.append(rec)
     chunks = layout.rank_chunks(ctx.rank)
-    # Parameters per rank (all its chunks together; summary.stage_params sums chunk_params).
+    # Parameters per rank (all its chunks together; series.stage_params sums chunk_params).
     result = {"rank": ctx.rank, "chunks": chunks, "chunk_params": {chunks[0]: trainer.params_local},
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
               "megatron_core": _megatron_version(),
