@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import os
 import re
 import signal
 import threading
