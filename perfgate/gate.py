@@ -19,7 +19,8 @@ from perfgate.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide, is_exac
 def is_gated(unit: str, hardware_id: str, gate: str) -> bool:
     if gate == "all":
         return True
-    ratio = UNIT_FAMILIES[unit] in RATIO_FAMILIES
+    # counts (all-reduce calls per step) are machine-independent like in-run ratios
+    ratio = UNIT_FAMILIES[unit] in RATIO_FAMILIES or UNIT_FAMILIES[unit] == "count"
     if gate == "ratios":
         return ratio
     return ratio or not hardware_id.startswith("cpu-")

@@ -41,7 +41,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              "perfgate/workloads/offload/expert_reads.py (ExpertReader.plan)"),
     Mutation("probe_ignores_threads", "offload",
              "the device probe reads on one thread whatever thread count it is asked for",
-             "perfgate/workloads/offload/io_probe.py (DeviceProbe.round)"),
+             "perfgate/workloads/offload/device_probe.py (DeviceProbe.round)"),
     Mutation("skewed_stage_split", "training",
              "a 2-chunk pipeline puts 3/4 of the layers on the first stage (6/2 instead of 4/4 at PP=2)",
              "perfgate/workloads/pipeline/layout.py (ParallelLayout.chunk_layers)"),

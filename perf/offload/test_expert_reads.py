@@ -66,7 +66,8 @@ def test_expert_read(perf, request, io):
     got = _rounds(reader, specs, per_round=11, in_flight=depth)
     _assert_reads_deliver_the_file(reader, specs)
     nbytes = reader.bytes_of(specs["parallel"])
-    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x", better="lower")
+    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x",
+                better="lower")
     # The mechanism the ratio depends on, measured in the same samples: how many of the three
     # segment reads the device had in flight at once (1.0 when they run as one chain).
     perf.record("parallel_reads_in_flight", depth["parallel"], unit="x", better="higher")
@@ -92,7 +93,8 @@ def test_layer_read(perf, request, expert_layout, io, threads):
     got = _rounds(reader, specs, per_round=7, in_flight=depth)
     _assert_reads_deliver_the_file(reader, specs)
     nbytes = reader.bytes_of(specs["parallel"])
-    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x", better="lower")
+    perf.record("parallel_over_sequential", offload.reduce(got["parallel"], got["sequential"]), unit="x",
+                better="lower")
     # Reads in flight of the parallel strategy over the sequential one (k chains of 3), same samples:
     # on a device where parallel reads gain no time (this VM's disk) this still shows whether the
     # 3k segments were issued independently.

@@ -40,6 +40,8 @@ EXTRA_ROUNDS = 3    # re-runs allowed for starved rounds
 
 
 def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
+    """Gates nothing as a metric on the CPU machine: the agreement with `vllm bench serve` is asserted
+    per round (E2EL/ITL 5 %, TPOT 15 %, TTFT 50 %); the gaps are recorded for the report."""
     t = vllm_dense
     p = t.profile
 

@@ -70,6 +70,9 @@ def test_ddp_strong_scaling(perf, runs, record_throughput, profile, world):
     perf.record("speedup_x", sp, unit="x", better="higher")
     perf.record("scaling_efficiency", efficiency(sp, world), unit="fraction", better="higher")
     perf.record("allreduce_calls_per_step", cur.allreduce_calls, unit="count", better="lower")
+    # Share of the step the backward pass spent blocked in gradient communication: ~0 while DDP
+    # overlaps all-reduce with backward (the hook only launches it), the reduce time when it does not.
+    perf.record("backward_comm_blocked_fraction", cur.comm_blocked_fraction, unit="fraction", better="lower")
     perf.attach("world1", ref.raw())
     perf.attach(f"world{world}", cur.raw())
 

@@ -53,7 +53,9 @@ def _warn_if_knob(s) -> None:
 
 @pytest.mark.parametrize("profile, world, label", _params(tracked_only=True))
 def test_fsdp_memory(perf, runs, record_tracked_memory, profile, world, label):
-    """Peak memory per rank by category, and the saving against DDP (fp32 reduce)."""
+    """Peak memory per rank by category, and the saving against DDP (fp32 reduce). The DDP case itself
+    gates nothing on the CPU machine: it is the reference of the others' savings, and its own
+    figures are absolute (GiB, gated on GPU hardware ids)."""
     got = training.measure(runs, "fsdp", profile, world, label)
     cur = got[label]
     ref = got[ShardingMode("ddp", cur.info["reduce_dtype"]).label]
@@ -82,7 +84,9 @@ def test_fsdp_memory(perf, runs, record_tracked_memory, profile, world, label):
 
 @pytest.mark.parametrize("profile, world, label", _params(tracked_only=False))
 def test_fsdp_throughput(perf, runs, record_throughput, profile, world, label):
-    """tokens/s against DDP with the same reduce dtype; losses must match DDP's."""
+    """tokens/s against DDP with the same reduce dtype; losses must match DDP's. The fp32 DDP case
+    gates nothing on the CPU machine: it is the reference of the others' ratios (its tokens/s is
+    absolute, gated on GPU hardware ids)."""
     needs = (label, ShardingMode("ddp", "fp32").label)  # fp32 DDP: the fp16-hook DDP row's reference
     got = training.measure(runs, "fsdp", profile, world, *needs)
     cur = got[label]

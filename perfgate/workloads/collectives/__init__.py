@@ -63,11 +63,11 @@ def reduce(per_rank: list[list[dict]]) -> list[dict]:
         if len({r["size_bytes"] for r in rows}) != 1 or len({len(r["time_us"]) for r in rows}) != 1:
             raise ValueError(f"ranks disagree on size {i}: {[(r['size_bytes'], len(r['time_us'])) for r in rows]}")
         time_us = [max(col) for col in zip(*(r["time_us"] for r in rows))]
-        memcpy_us = [max(col) for col in zip(*(r["memcpy_us"] for r in rows))]
+        ref_us = [max(col) for col in zip(*(r["ref_us"] for r in rows))]
         algbw = [r0["size_bytes"] / (t / 1e6) / 1e9 for t in time_us]
         out.append({"size_bytes": r0["size_bytes"], "count": r0["count"], "iters": r0["iters"], "graph": r0["graph"],
-                    "time_us": time_us, "memcpy_us": memcpy_us,
-                    "time_over_memcpy": [t / c for t, c in zip(time_us, memcpy_us)], "algbw_gbps": algbw, "busbw_gbps": [a * r0["bus_factor"] for a in algbw],
+                    "time_us": time_us, "ref_us": ref_us,
+                    "time_over_p2p": [t / c for t, c in zip(time_us, ref_us)], "algbw_gbps": algbw, "busbw_gbps": [a * r0["bus_factor"] for a in algbw],
                     "wrong": sum(r["wrong"] for r in rows), "wrong_by_rank": [r["wrong"] for r in rows]})
     return out
 

@@ -69,9 +69,10 @@ class SizeResult:
     iters: int
     bus_factor: float                # busbw = algbw * bus_factor(world size)
     time_us: list[float] = field(default_factory=list)  # this rank's time per call, per sample
-    # In-run reference: this rank's time to copy the same bytes in memory, measured right after
-    # each sample. time_us / memcpy_us moves with the collective, not with the machine's speed.
-    memcpy_us: list[float] = field(default_factory=list)
+    # In-run reference, timed right after each sample by the same process group: one ring
+    # send/recv of the same bytes (each rank to the next), a single call per iteration. The ratio
+    # time_us / ref_us moves with the collective's own cost, not with the machine's load.
+    ref_us: list[float] = field(default_factory=list)
     wrong: int = 0                   # mismatching output elements on this rank
     graph: bool = False
 
@@ -236,20 +237,27 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
                      count=in_elems, iters=iters, bus_factor=opdef.bus_factor(n), graph=use_graph)
     if spec.op in ("all_gather", "reduce_scatter", "all_to_all"):
         res.size_bytes = max(in_elems, out_elems) * esize
-    copy_src = torch.empty(res.size_bytes // esize, device=device, dtype=dtype)
-    copy_dst = torch.empty_like(copy_src)
-    copy_once = lambda: copy_dst.copy_(copy_src)  # noqa: E731
-    copy_once()
-    copy_iters = int(min(10_000, max(1, spec.target_sample_s / 4 / max(timer(copy_once), 1e-7))))
-    copy_body = lambda: [copy_once() for _ in range(copy_iters)]  # noqa: E731
+    ref_in = _fill(torch, max(res.size_bytes // esize, 1), rank, device, dtype)
+    ref_out = torch.empty_like(ref_in)
+    ref_once = lambda: _send_recv(dist, ref_in, ref_out, rank, n)  # noqa: E731
+    ref_once()
     for i in range(spec.samples):
         inp.copy_(init)
         if device.type == "cuda":
             torch.cuda.synchronize()
         dist.barrier()
         ctx.phase(f"{spec.op} {size} B sample {i}")
-        res.time_us.append(timer(body) / iters * 1e6)
-        res.memcpy_us.append(timer(copy_body) / copy_iters * 1e6)
+        if use_graph:  # the graph replays all iterations at once: the reference follows as a block
+            res.time_us.append(timer(body) / iters * 1e6)
+            res.ref_us.append(timer(lambda: [ref_once() for _ in range(iters)]) / iters * 1e6)
+            continue
+        # op and reference alternate call by call, so a core taken away for a few ms hits both
+        op_s = ref_s = 0.0
+        for _ in range(iters):
+            op_s += timer(run_once)
+            ref_s += timer(ref_once)
+        res.time_us.append(op_s / iters * 1e6)
+        res.ref_us.append(ref_s / iters * 1e6)
     # correctness on fresh data, outside the timed region
     ctx.phase(f"{spec.op} {size} B check")
     inp.copy_(init)

@@ -12,6 +12,7 @@ the fp32/fp16 comparison about bytes on the wire, not about hook dispatch.
 from __future__ import annotations
 
 import functools
+import time
 from contextlib import nullcontext
 
 import torch
@@ -26,24 +27,39 @@ from perfgate.workloads.training.model import SyntheticTokens, build_model, get_
 from perfgate.workloads.training.specs import DDPCase, DDPJob
 
 
+class HookCounter:
+    """``counter()``: how often DDP called the comm hook; ``blocked_s``: seconds the backward pass
+    spent inside it. DDP overlaps communication with backward only while the hook returns at once
+    (an async all-reduce); a hook that waits for its bucket serialises the two."""
+
+    def __init__(self):
+        self.calls = 0
+        self.blocked_s = 0.0
+
+    def __call__(self) -> int:
+        return self.calls
+
+
 def counting_hook(reduce_dtype_hook: str):
-    """(hook, calls) where ``hook`` is the named default hook and ``calls()`` how often DDP called it.
+    """(hook, counter) where ``hook`` is the named default hook and ``counter`` a :class:`HookCounter`.
 
     ``functools.wraps`` keeps the wrapped hook's name and signature, so DDP's own checks
     (e.g. bf16_compress_hook needs NCCL) still apply to the wrapper.
     """
     inner = getattr(default_hooks, reduce_dtype_hook)
-    count = [0]
+    counter = HookCounter()
 
     @functools.wraps(inner)
     def hook(state, bucket):
-        count[0] += 1
+        counter.calls += 1
+        t0 = time.perf_counter()
         fut = inner(state, bucket)
         if mutations.active("ddp_no_overlap"):
             fut.wait()  # planted bug: backward stalls until this bucket is reduced
+        counter.blocked_s += time.perf_counter() - t0
         return fut
 
-    return hook, (lambda: count[0])
+    return hook, counter
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device, *, bucket_cap_mb: float, reduce_dtype_hook: str,

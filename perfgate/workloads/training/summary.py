@@ -35,6 +35,8 @@ class CaseSummary:
     tracker_error: str | None = None
     extra_param_copy: bool = False
     info: dict = field(default_factory=dict)
+    # per timed step, the largest share of a rank's step spent blocked inside the comm hook (DDP)
+    comm_blocked_fraction: list[float] = field(default_factory=list)
 
     @property
     def step_ms(self) -> list[float]:
@@ -96,7 +98,9 @@ def summarize_case(per_rank: Sequence) -> CaseSummary:
         rss_mib=[b / MIB for b in per_step_max([r.rss_bytes for r in per_rank])],
         tracked_peak_mib=peaks, categories_mib=cats,
         tracker_error="; ".join(errors) or None,
-        extra_param_copy=any(r.extra_param_copy for r in per_rank), info=dict(r0.info))
+        extra_param_copy=any(r.extra_param_copy for r in per_rank), info=dict(r0.info),
+        comm_blocked_fraction=per_step_max([[b / s for b, s in zip(r.comm_blocked_s, r.step_s)] for r in per_rank])
+        if all(len(r.comm_blocked_s) == len(r.step_s) for r in per_rank) and r0.comm_blocked_s else [])
 
 
 def summarize_job(results_per_rank: Sequence[Sequence]) -> dict[str, CaseSummary]:
