@@ -21,12 +21,13 @@ def test_paired_ratio_pairs_step_by_step():
 
 def _rank(times, wrong, size=1024):
     return {"size_bytes": size, "count": 256, "iters": 10, "graph": False, "bus_factor": 1.5,
-            "time_us": times, "wrong": wrong}
+            "time_us": times, "ref_us": [t / 2 for t in times], "wrong": wrong}
 
 
 def test_collectives_reduce_takes_the_slowest_rank_and_sums_wrong_elements():
     out = collectives.reduce([[_rank([10.0, 30.0], 0)], [_rank([20.0, 15.0], 2)]])
     assert out[0]["time_us"] == [20.0, 30.0]
+    assert out[0]["ref_us"] == [10.0, 15.0] and out[0]["time_over_p2p"] == [2.0, 2.0]
     assert out[0]["wrong"] == 2 and out[0]["wrong_by_rank"] == [0, 2]
     assert out[0]["algbw_gbps"][0] == pytest.approx(1024 / 20e-6 / 1e9)
     assert out[0]["busbw_gbps"][0] == pytest.approx(1.5 * out[0]["algbw_gbps"][0])

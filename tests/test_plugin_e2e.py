@@ -27,7 +27,10 @@ def test_ratio(perf):
 
 
 @pytest.fixture
-def project(pytester):
+def project(pytester, monkeypatch):
+    # One report width whatever runs the tests (a terminal, a log, an xdist worker): the checks
+    # below read rows, not layout (tests/test_report_render.py covers each width).
+    monkeypatch.setenv("COLUMNS", "200")
     pytester.makepyfile(test_synth=SYNTHETIC)
     return pytester
 
