@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_seed")
+COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_seed", "ab")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,9 +15,12 @@ Correctness: after timing, every op runs once more on fresh, rank-specific data 
 output is compared element by element with the expected result; ``wrong`` counts the
 mismatches (the test asserts it is 0).
 
-Test-only knob: ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>`` (an integer >= 1) makes every
-timed iteration issue the collective k times, which divides bandwidth by k. It exists so
-the regression gate can be shown to fire on a real slowdown; never set it otherwise.
+Test-only knob: ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>``. An integer k >= 1 makes every
+timed iteration issue the collective k times, which divides bandwidth by k; a fractional
+k > 1 (e.g. 1.1, CPU only) busy-waits (k - 1) times each timed sample's own duration inside
+its timed region, so each sample takes k times as long. It
+exists so the regression gate (and `perfgate ab`) can be shown to fire on a real slowdown;
+never set it otherwise.
 """
 from __future__ import annotations
 
@@ -144,15 +147,35 @@ OP_DEFS: dict[str, OpDef] = {
 }
 
 
-def _slowdown() -> int:
+def _slowdown() -> float:
     raw = os.environ.get(SLOWDOWN_ENV, "1")
     try:
-        k = int(raw)
+        k = float(raw)
     except ValueError:
-        raise ValueError(f"{SLOWDOWN_ENV} must be an integer >= 1, got {raw!r}") from None
-    if k < 1:
-        raise ValueError(f"{SLOWDOWN_ENV} must be >= 1, got {k}")
+        raise ValueError(f"{SLOWDOWN_ENV} must be a number >= 1 (e.g. 4 or 1.1), got {raw!r}") from None
+    if not 1 <= k < float("inf"):
+        raise ValueError(f"{SLOWDOWN_ENV} must be a finite number >= 1, got {raw!r}")
     return k
+
+
+def _slowed(fn: Callable[[], None], k: float) -> Callable[[], None]:
+    """The test-only knob applied to ``fn``: k calls for an integer k, else one call followed by a
+    busy-wait of (k - 1) x that call's own time. Fractional k stretches a whole timed sample (all
+    its iterations), not each collective: a wait per collective would also count the time a rank
+    spent waiting for the other ranks' waits (the loop slowed by ~2x at k = 1.5 on gloo), and a
+    sleep per collective costs a scheduler wake-up each time on a busy machine."""
+    if k == int(k):
+        return lambda: [fn() for _ in range(int(k))]
+
+    def call_then_wait():
+        t0 = time.perf_counter()
+        fn()
+        end = time.perf_counter() + (time.perf_counter() - t0) * (k - 1)
+        if end - time.perf_counter() > 1e-3:
+            time.sleep(end - time.perf_counter() - 5e-4)
+        while time.perf_counter() < end:
+            pass
+    return call_then_wait
 
 
 class _Timer:
@@ -175,7 +198,7 @@ class _Timer:
         return time.perf_counter() - t0
 
 
-def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: int, slowdown: int) -> SizeResult:
+def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: int, slowdown: float) -> SizeResult:
     dtype = getattr(torch, spec.dtype)
     esize = torch.tensor([], dtype=dtype).element_size()
     n, rank, device = ctx.world_size, ctx.rank, ctx.device
@@ -186,7 +209,8 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
     inp = _fill(torch, in_elems, rank, device, dtype)
     init = inp.clone()
     out = torch.empty(max(out_elems, 1), device=device, dtype=dtype)
-    run_once = lambda: [opdef.call(dist, inp, out, rank, n) for _ in range(slowdown)]  # noqa: E731
+    whole = slowdown == int(slowdown)  # integer: k collectives per call; fractional: stretch each sample
+    run_once = _slowed(lambda: opdef.call(dist, inp, out, rank, n), slowdown if whole else 1)
     timer = _Timer(torch, device)
     ctx.phase(f"{spec.op} {size} B warm-up")
     for _ in range(max(spec.warmup, 1)):
@@ -228,7 +252,7 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
             torch.cuda.synchronize()
         dist.barrier()
         ctx.phase(f"{spec.op} {size} B sample {i}")
-        t = torch.tensor([timer(body) / iters], device=device, dtype=torch.float64)
+        t = torch.tensor([timer(_slowed(body, 1 if whole else slowdown)) / iters], device=device, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         sec = t.item()
         algbw = res.size_bytes / sec / 1e9
@@ -255,6 +279,8 @@ def run(spec: CollectiveSpec, ctx) -> list[dict]:
 
     opdef = OP_DEFS[spec.op]
     slowdown = _slowdown()
+    if slowdown != int(slowdown) and ctx.device.type == "cuda":
+        raise ValueError(f"{SLOWDOWN_ENV}={slowdown:g}: fractional slowdowns time the host and work on CPU only")
     out = []
     for size in spec.sizes:
         out.append(vars(_measure_size(torch, dist, ctx, spec, opdef, size, slowdown)))

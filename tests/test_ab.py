@@ -1,0 +1,144 @@
+"""`perfgate ab`: the paired-ratio arithmetic (property tests) and real A/B runs on gloo.
+
+The end-to-end tests run real pytest subprocesses of a one-size gloo all_reduce (the real
+collectives workload through perfgate.launch, two ranks) under A = unchanged and B = the
+test-only fractional slowdown knob, and under A = A.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfgate import ab
+from perfgate.cli import main
+from perfgate.verdict import Outcome
+
+medians = st.lists(st.floats(min_value=1e-3, max_value=1e6, allow_nan=False), min_size=3, max_size=12)
+
+
+def test_rounds_alternate_which_side_goes_first():
+    assert ab.round_order(4) == [("a", "b"), ("b", "a"), ("a", "b"), ("b", "a")]
+
+
+@given(medians)
+def test_identical_sides_pass_with_a_point_interval(a):
+    p = ab.paired(a, a, better="lower", threshold=0.03)
+    assert p.outcome is Outcome.PASS
+    assert p.ratio == pytest.approx(1.0)
+    assert p.ratio_ci == (pytest.approx(1.0), pytest.approx(1.0))
+
+
+@given(medians, st.floats(min_value=1.05, max_value=10))
+def test_a_constant_slowdown_is_a_regression_in_both_directions(a, factor):
+    slow = ab.paired(a, [x * factor for x in a], better="lower", threshold=0.03)
+    assert slow.outcome is Outcome.REGRESSION
+    assert slow.change == pytest.approx(factor - 1)
+    # the same slowdown seen as a throughput drop
+    tput = ab.paired([1 / x for x in a], [1 / (x * factor) for x in a], better="higher", threshold=0.03)
+    assert tput.outcome is Outcome.REGRESSION
+    assert tput.change == pytest.approx(1 - 1 / factor)
+    faster = ab.paired(a, [x / factor for x in a], better="lower", threshold=0.03)
+    assert faster.outcome is Outcome.IMPROVED
+
+
+@given(medians, st.lists(st.floats(min_value=0.5, max_value=2), min_size=12, max_size=12),
+       st.floats(min_value=1e-3, max_value=1e3))
+@settings(max_examples=50)
+def test_verdict_ignores_the_level_of_each_round(a, ratios, scale):
+    """Paired: a round's level (a machine's drift between rounds) cancels; only B/A counts."""
+    b = [x * r for x, r in zip(a, ratios)]
+    p = ab.paired(a, b, better="lower", seed=3)
+    q = ab.paired([x * scale for x in a], [x * scale for x in b], better="lower", seed=3)
+    assert p.outcome is q.outcome
+    assert p.ratio == pytest.approx(q.ratio)
+    assert p.change_ci[0] <= p.change <= p.change_ci[1]
+
+
+def test_interval_straddling_the_threshold_is_noisy_not_regression():
+    a = [100.0] * 6
+    b = [100.0, 130.0, 95.0, 125.0, 102.0, 128.0]  # +12 % on average, but two rounds show nothing
+    p = ab.paired(a, b, better="lower", threshold=0.03)
+    assert p.outcome is Outcome.NOISY
+    assert p.change_ci[0] < 0.03 < p.change
+
+
+def test_bootstrap_is_seeded():
+    vals = [0.1, -0.05, 0.2, 0.0, 0.07]
+    assert ab.bootstrap_interval(vals, seed=1) == ab.bootstrap_interval(vals, seed=1)
+    lo, hi = ab.bootstrap_interval(vals, seed=1)
+    assert min(vals) <= lo < sum(vals) / len(vals) < hi <= max(vals)
+
+
+@pytest.mark.parametrize("a, b, better, message", [
+    ([1.0, 2.0], [1.0, 2.0], "lower", "at least 3"),
+    ([1.0, 2.0, 3.0], [1.0, 2.0], "lower", "pair up"),
+    ([1.0, 0.0, 3.0], [1.0, 2.0, 3.0], "lower", "positive"),
+    ([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], "up", "better"),
+])
+def test_bad_inputs_say_what_is_wrong(a, b, better, message):
+    with pytest.raises(ValueError, match=message):
+        ab.paired(a, b, better=better)
+
+
+def test_cli_refuses_bad_options(capsys):
+    assert main(["ab", "--rounds", "2", "--", "perf/"]) == 2
+    assert "--rounds must be >= 3" in capsys.readouterr().err
+    assert main(["ab", "--b-env", "NOEQUALS", "--", "perf/"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert main(["ab", "perf/", "--rounds", "4"]) == 2
+    assert "put perfgate options first" in capsys.readouterr().err
+    assert main(["ab", "--b-python", "/nonexistent/python", "--", "perf/"]) == 2
+    assert "not an executable file" in capsys.readouterr().err
+
+
+GLOO_TEST = textwrap.dedent('''
+    from perfgate.launch import launch
+    from perfgate.workloads.collectives import CollectiveSpec
+
+    def test_all_reduce_1mib(perf):
+        spec = CollectiveSpec(op="all_reduce", sizes=(1 << 20,), samples=7)
+        (res,) = launch("perfgate.workloads.collectives:run", spec, world_size=2, backend="gloo", timeout_s=120)[0]
+        assert res["wrong"] == 0
+        perf.record("time_us", res["time_us"], unit="us", better="lower")
+''')
+
+
+@pytest.fixture
+def gloo_project(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
+    (tmp_path / "perf" / "demo").mkdir(parents=True)
+    (tmp_path / "perf" / "demo" / "test_gloo.py").write_text(GLOO_TEST)
+    return tmp_path
+
+
+def _ab(project, *options):
+    save = project / "ab.json"
+    code = main(["ab", "--root", str(project), "--hardware-id", "cpu-Test-2c", "--save", str(save), *options,
+                 "--", "perf/demo/test_gloo.py", "-q"])
+    doc = json.loads(save.read_text())
+    (r,) = doc["results"]
+    return code, r, doc
+
+
+def test_ab_detects_a_real_slowdown_of_gloo(gloo_project, monkeypatch):
+    monkeypatch.delenv("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", raising=False)
+    code, r, doc = _ab(gloo_project, "--b-env", "PERFGATE_TEST_COLLECTIVE_SLOWDOWN=1.5", "--rounds", "3")
+    assert r["verdict"]["outcome"] == "regression", r["verdict"]["explanation"]
+    assert code == 1
+    assert r["verdict"]["change_ci"][0] > 0.03
+    assert doc["ab"]["b"]["env"] == {"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "1.5"}
+    assert doc["ab"]["order"] == ["ab", "ba", "ab"]
+
+
+def test_ab_of_a_against_itself_is_no_regression(gloo_project, monkeypatch):
+    monkeypatch.delenv("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", raising=False)
+    code, r, _ = _ab(gloo_project, "--rounds", "3")
+    assert r["verdict"]["outcome"] != "regression", r["verdict"]["explanation"]
+    assert code == 0
+    assert math.isfinite(r["verdict"]["ratio"])
