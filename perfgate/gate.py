@@ -7,10 +7,12 @@ plugin during a run and by `perfgate compare` on saved results, so both agree.
 """
 from __future__ import annotations
 
+from perfgate import run_noise
 from perfgate.baselines import BaselineEntry
 from perfgate.config import ABS_FLOORS, Settings
 from perfgate.metrics import RATIO_FAMILIES, UNIT_FAMILIES, Metric, summarize
 from perfgate.results import MetricResult, area_of
+from perfgate.run_noise import RunSummary
 from perfgate.verdict import MIN_SAMPLES_FOR_RANK_TEST, decide
 
 
@@ -39,7 +41,8 @@ def tolerance(settings: Settings, test_id: str, metric: Metric, entry: BaselineE
 def baseline_view(entry: BaselineEntry) -> dict:
     return {"median": entry.summary.median, "mad": entry.summary.mad, "n": entry.summary.n,
             "samples": list(entry.summary.samples), "provenance": entry.provenance, "when": entry.when,
-            "commit": entry.commit, "software": entry.software, "source": entry.source}
+            "commit": entry.commit, "software": entry.software, "source": entry.source,
+            "run_medians": [r["median"] for r in entry.runs]}
 
 
 def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, settings: Settings,
@@ -57,9 +60,13 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
             raise ValueError(f"{test_id} {metric.name}: baseline is {entry.unit}/{entry.better}-is-better, "
                              f"the test now records {metric.unit}/{metric.better}; refresh the baseline")
         few = entry.summary.n < MIN_SAMPLES_FOR_RANK_TEST or len(entry.summary.samples) < MIN_SAMPLES_FOR_RANK_TEST
+        base_median = entry.summary.median if few else None
+        runs = [RunSummary.from_dict(r) for r in entry.runs]
+        if len(runs) >= run_noise.MIN_RUNS:  # between-run model: vs the run medians, tolerance >= k x their spread
+            tol = run_noise.effective_tolerance(tol, runs, absolute=absolute)
+            base_median = run_noise.center(runs)
         verdict = decide(list(entry.summary.samples), values, better=metric.better, tol=tol, absolute_tol=absolute,
-                         abs_floor=ABS_FLOORS.get(metric.unit, 0.0),
-                         baseline_median=entry.summary.median if few else None)
+                         abs_floor=ABS_FLOORS.get(metric.unit, 0.0), baseline_median=base_median)
     gated = (is_gated(metric.unit, hardware_id, settings.gate) and not tainted
              and (settings.gate == "all" or settings.record_only_reason(test_id, metric.name) is None))
     return MetricResult(test_id=test_id, area=area_of(test_id), metric=metric.name, unit=metric.unit,
