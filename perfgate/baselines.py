@@ -100,7 +100,8 @@ class BaselineStore:
             raise BaselineError(f"{path}: not a perfgate baseline file (kind != {KIND!r}); {fix}")
         if doc.get("schema_version") not in READABLE_SCHEMAS:
             raise BaselineError(f"{path}: schema version {doc.get('schema_version')!r}, this perfgate reads "
-                                f"{SCHEMA_VERSION}; upgrade perfgate or re-create the file with `perfgate refresh`")
+                                f"{' and '.join(map(str, READABLE_SCHEMAS))}; upgrade perfgate or re-create the "
+                                f"file with `perfgate refresh`")
         if not isinstance(doc.get("entries"), dict):
             raise BaselineError(f"{path}: has no 'entries' table; {fix}")
         self._cache[path] = doc
