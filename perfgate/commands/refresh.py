@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         old = store.load(hw, area)
         old_doc = store.document(hw, area)
         t = Table(title=f"{hw}/{area}.json", header_style="bold")
-        for col in ("test", "metric", "old", "new", "unit", "change", "old provenance"):
+        for col in ("test", "metric", "old", "new", "unit", "change", "runs", "old provenance"):
             t.add_column(col)
         for test, metrics in sorted(entries.items()):
             for name, new in sorted(metrics.items()):
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                     change = f"{(new.summary.median / prev.summary.median - 1) * 100:+.1f}%"
                 prov = f"{prev.provenance}, {prev.when}, {prev.commit}" if prev else "-"
                 t.add_row(escape(short_id(test)), name, _fmt(prev.summary.median if prev else None),
-                          _fmt(new.summary.median), new.unit, change, escape(prov))
+                          _fmt(new.summary.median), new.unit, change, str(len(new.runs)), escape(prov))
                 changes += 1
         console.print(t)
         old_sw = ((old_doc.get("fingerprint") or {}).get("software")) if old_doc else None
