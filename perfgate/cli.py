@@ -9,7 +9,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_seed", "ab")
+COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_seed", "ab", "power")
 
 
 def build_parser() -> argparse.ArgumentParser:

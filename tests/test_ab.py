@@ -141,3 +141,27 @@ def test_ab_of_a_against_itself_is_no_regression(gloo_project, monkeypatch):
     assert r["verdict"]["outcome"] != "regression", r["verdict"]["explanation"]
     assert code == 0
     assert math.isfinite(r["verdict"]["ratio"])
+
+
+def test_power_tallies_regressions_per_metric_and_condition():
+    from perfgate.commands import power
+    from perfgate.metrics import summarize
+    from perfgate.results import MetricResult
+
+    def res(outcome, change):
+        return MetricResult(test_id="perf/a/t.py::t", area="a", metric="time_us", unit="us", better="lower",
+                            tol=0.03, gated=True, summary=summarize([1.0]),
+                            verdict={"outcome": outcome, "change": change})
+    counts = power.tally({"A = A": [[res("pass", 0.01)], [res("noisy", 0.05)]],
+                          "x1.1": [[res("regression", 0.11)], [res("regression", 0.09)]]})
+    c = counts[("perf/a/t.py::t", "time_us")]
+    assert (c["A = A"].regressions, c["A = A"].runs) == (0, 2)
+    assert (c["x1.1"].regressions, c["x1.1"].runs) == (2, 2)
+    assert c["x1.1"].mean_change == pytest.approx(0.10)
+
+
+def test_power_refuses_bad_options(capsys):
+    assert main(["power", "--slowdowns", "0.9", "--", "perf/"]) == 2
+    assert "above 1" in capsys.readouterr().err
+    assert main(["power", "perf/", "--repeats", "3"]) == 2
+    assert "perfgate power" in capsys.readouterr().err

@@ -138,18 +138,37 @@ def compare(a_docs: list[dict], b_docs: list[dict], *, threshold: float, confide
     return results
 
 
-def _split_args(pytest_args: list[str]) -> list[str]:
+def split_args(pytest_args: list[str], own_options=frozenset(_OWN_OPTIONS), command: str = "ab") -> list[str]:
     if pytest_args and pytest_args[0] == "--":
         return pytest_args[1:]
-    ours = sorted({a.split("=")[0] for a in pytest_args} & _OWN_OPTIONS)
+    ours = sorted({a.split("=")[0] for a in pytest_args} & set(own_options))
     if ours:
         raise ABError(f"{', '.join(ours)} came after the tests and would go to pytest: put perfgate options "
-                      f"first, e.g. `perfgate ab --b-env K=V --rounds 8 -- -k test_all_reduce perf/collectives`")
+                      f"first, e.g. `perfgate {command} --rounds 8 -- -k test_all_reduce perf/collectives`")
     return list(pytest_args)
 
 
 def _side_text(python: str, env: dict[str, str]) -> str:
     return " ".join([f"{k}={v}" for k, v in env.items()] + [python])
+
+
+def measure(sides: dict[str, tuple[str, dict[str, str]]], rounds: int, pytest_args: list[str], *, root: Path,
+            hardware_id: str | None = None, keep: Path | None = None) -> tuple[dict[str, list[dict]], str]:
+    """Run the rounds (A B, B A, ...) and return each side's results documents and the hardware id."""
+    docs: dict[str, list[dict]] = {"a": [], "b": []}
+    with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
+        folder = keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for i, pair in enumerate(ab_mod.round_order(rounds)):
+            for side in pair:
+                python, env = sides[side]
+                path = folder / f"round{i + 1}-{side}.json"
+                docs[side].append(run_round(python, env, pytest_args, path, root=root, hardware_id=hardware_id))
+            print(f"  round {i + 1}/{rounds} done ({' '.join(s.upper() for s in pair)})", file=sys.stderr)
+    hw = {d["hardware_id"] for d in docs["a"] + docs["b"]}
+    if len(hw) != 1:
+        raise ABError(f"rounds report different hardware ids {sorted(hw)}; an A/B runs on one machine")
+    return docs, hw.pop()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         raise ABError(f"--confidence must be between 0 and 1, got {args.confidence}")
     if not args.threshold >= 0:
         raise ABError(f"--threshold must be >= 0, got {args.threshold}")
-    pytest_args = _split_args(list(args.pytest_args))
+    pytest_args = split_args(list(args.pytest_args))
     sides = {"a": (_python(args.a_python, "a"), parse_env(args.a_env, "a")),
              "b": (_python(args.b_python, "b"), parse_env(args.b_env, "b"))}
     root = args.root.resolve()
@@ -167,21 +186,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"perfgate ab: A = {_side_text(*sides['a'])}\n             B = {_side_text(*sides['b'])}"
           + ("\n             (A and B are the same environment: an A = A check of the noise)" if same else ""),
           file=sys.stderr)
-    docs: dict[str, list[dict]] = {"a": [], "b": []}
     order = ab_mod.round_order(args.rounds)
-    with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
-        folder = args.keep or Path(tmp)
-        folder.mkdir(parents=True, exist_ok=True)
-        for i, pair in enumerate(order):
-            for side in pair:
-                python, env = sides[side]
-                path = folder / f"round{i + 1}-{side}.json"
-                docs[side].append(run_round(python, env, pytest_args, path, root=root, hardware_id=args.hardware_id))
-            print(f"  round {i + 1}/{args.rounds} done ({' '.join(s.upper() for s in pair)})", file=sys.stderr)
-    hw = {d["hardware_id"] for d in docs["a"] + docs["b"]}
-    if len(hw) != 1:
-        raise ABError(f"rounds report different hardware ids {sorted(hw)}; an A/B runs on one machine")
-    hardware_id = hw.pop()
+    docs, hardware_id = measure(sides, args.rounds, pytest_args, root=root, hardware_id=args.hardware_id,
+                                keep=args.keep)
     flags = " ".join([f"--a-env {k}={v}" for k, v in sides["a"][1].items()]
                      + [f"--b-env {k}={v}" for k, v in sides["b"][1].items()]
                      + ([f"--a-python {args.a_python}"] if args.a_python else [])
