@@ -164,3 +164,11 @@ def test_refresh_from_a_dirty_tree_needs_a_flag(tmp_path, capsys):
     assert main(["refresh", a, "--root", str(root), "--yes", "--allow-dirty"]) == 0
     doc = json.loads((root / "baselines" / "cpu-Test-2c" / "a.json").read_text())
     assert doc["entries"]["perf/a/test_t.py::t"]["bw"]["commit"] == "abc-dirty-0123456789"
+
+
+def test_refresh_refuses_an_ab_comparison(tmp_path, capsys):
+    root = _project(tmp_path)
+    doc = _doc("d1", [10.0, 10.1])
+    doc["ab"] = {"rounds": 3}
+    assert main(["refresh", _save(tmp_path / "ab.json", doc), "--root", str(root), "--yes"]) == 2
+    assert "perfgate ab" in capsys.readouterr().err

@@ -54,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
     for p, d in zip(args.results, docs):
         if d.get("interrupted"):
             raise ValueError(f"{p} comes from an interrupted run; re-run to completion before refreshing")
+        if d.get("ab"):
+            raise ValueError(f"{p} is a `perfgate ab` comparison (per-round medians of two environments), not a "
+                             f"run; refresh from `pytest --perf-save` results")
     dirty = [f"{p} (commit {d.get('commit')})" for p, d in zip(args.results, docs)
              if "-dirty" in (d.get("commit") or "")]
     if dirty and not args.allow_dirty:
