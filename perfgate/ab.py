@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from perfgate.verdict import Outcome
 
@@ -35,17 +37,28 @@ def round_order(rounds: int) -> list[tuple[str, str]]:
     return [("a", "b") if i % 2 == 0 else ("b", "a") for i in range(rounds)]
 
 
+def expanded_tail(confidence: float, n: int) -> float:
+    """The tail probability an expanded percentile bootstrap reads its interval at (Hesterberg 2015).
+
+    A plain percentile interval over a handful of rounds is too narrow: the bootstrap ignores
+    that the spread itself was estimated from n values (it uses the plug-in SD, and z where
+    Student's t applies). Expanding to z = sqrt(n / (n - 1)) x t(n - 1) fixes both; on 2 cores
+    shared with other jobs an A = A run read "improved, [0.64, 0.96]" over 6 rounds without it."""
+    t = float(student_t.ppf(1 - (1 - confidence) / 2, n - 1))
+    return float(norm.sf(math.sqrt(n / (n - 1)) * t))
+
+
 def bootstrap_interval(values: Sequence[float], *, confidence: float = DEFAULT_CONFIDENCE,
                        resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """Two-sided percentile bootstrap interval of the mean of ``values``."""
+    """Two-sided expanded percentile bootstrap interval of the mean of ``values``."""
     arr = np.asarray(list(values), dtype=float)
-    if arr.size == 0:
-        raise ValueError("no values to bootstrap")
+    if arr.size < 2:
+        raise ValueError("a bootstrap interval needs at least 2 values")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
     rng = np.random.default_rng(seed)
     means = arr[rng.integers(0, arr.size, size=(resamples, arr.size))].mean(axis=1)
-    tail = (1 - confidence) / 2
+    tail = expanded_tail(confidence, arr.size)
     lo, hi = np.quantile(means, [tail, 1 - tail])
     return float(lo), float(hi)
 
