@@ -138,8 +138,8 @@ def _ab(project, *options):
 
 def test_ab_detects_a_real_slowdown_of_gloo(gloo_project, monkeypatch):
     monkeypatch.delenv("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", raising=False)
-    # 1.75, not 1.5: with 3 rounds the interval's low end is the lowest round, and on 2 shared cores one
-    # round in six read B/A ~1.03 at 1.5 (a burst of other load during A's run)
+    # 1.75, not 1.5: with 3 rounds the interval's low end is about the lowest round's ratio, and on 2 cores
+    # shared with other jobs two of three runs at 1.5 had a round that read B/A <= 1.03
     code, r, doc = _ab(gloo_project, "--b-env", "PERFGATE_TEST_COLLECTIVE_SLOWDOWN=1.75", "--rounds", "3")
     assert r["verdict"]["outcome"] == "regression", r["verdict"]["explanation"]
     assert code == 1
