@@ -22,7 +22,8 @@ from perfgate.metrics import Summary
 from perfgate.readers import Checker, ReadError, check_baseline_document, read_json
 from perfgate.safe_paths import check_area, inside_root
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: entries may carry `runs` (one summary per contributing run)
+READABLE_SCHEMAS = (1, 2)
 KIND = "perfgate-baseline"
 
 
@@ -44,6 +45,7 @@ class BaselineEntry:
     software: dict | None = None
     source: str | None = None  # for imported numbers: the section of the report
     spread: dict | None = None  # from `perfgate calibrate`: run-to-run spread and the tolerance it proposed
+    runs: tuple[dict, ...] = ()  # one run_noise.RunSummary dict per contributing run (schema 2)
 
     def to_dict(self) -> dict:
         d = {"unit": self.unit, "better": self.better, "tol": self.tol, "summary": self.summary.to_dict(),
@@ -52,13 +54,16 @@ class BaselineEntry:
             d["source"] = self.source
         if self.spread:
             d["spread"] = self.spread
+        if self.runs:
+            d["runs"] = [dict(r) for r in self.runs]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "BaselineEntry":
         return cls(unit=d["unit"], better=d["better"], summary=Summary.from_dict(d["summary"]), tol=d.get("tol"),
                    provenance=d.get("provenance", "measured"), when=d.get("when"), commit=d.get("commit"),
-                   software=d.get("software"), source=d.get("source"), spread=d.get("spread"))
+                   software=d.get("software"), source=d.get("source"), spread=d.get("spread"),
+                   runs=tuple(d.get("runs") or ()))
 
     @property
     def is_imported(self) -> bool:
@@ -106,9 +111,10 @@ class BaselineStore:
             return {}
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             raise BaselineError(f"{path}: not a perfgate baseline file (kind != {KIND!r}); {fix}")
-        if doc.get("schema_version") != SCHEMA_VERSION:
+        if doc.get("schema_version") not in READABLE_SCHEMAS:
             raise BaselineError(f"{path}: schema version {doc.get('schema_version')!r}, this perfgate reads "
-                                f"{SCHEMA_VERSION}; upgrade perfgate or re-create the file with `perfgate refresh`")
+                                f"{' and '.join(map(str, READABLE_SCHEMAS))}; upgrade perfgate or re-create the "
+                                f"file with `perfgate refresh`")
         if not isinstance(doc.get("entries"), dict):
             raise BaselineError(f"{path}: has no 'entries' table; {fix}")
         check_baseline_document(Checker(path, fix=fix, error=BaselineError), doc)

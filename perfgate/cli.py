@@ -32,7 +32,7 @@ import threading  # noqa: E402
 
 from perfgate import interrupts  # noqa: E402
 
-COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_seed")
+COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_seed", "ab", "power")
 
 
 def build_parser() -> argparse.ArgumentParser:

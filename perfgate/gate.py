@@ -7,12 +7,13 @@ plugin during a run and by `perfgate compare` on saved results, so both agree.
 """
 from __future__ import annotations
 
-from perfgate import guard
+from perfgate import guard, run_noise
 from perfgate.baselines import BaselineEntry
 from perfgate.config import ABS_FLOORS, ConfigError, Settings
 from perfgate.fingerprint_check import FingerprintDiff, not_comparable
 from perfgate.metrics import RATIO_FAMILIES, UNIT_FAMILIES, Metric, summarize
 from perfgate.results import MetricResult, area_of
+from perfgate.run_noise import RunSummary
 from perfgate.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide, is_exact
 
 
@@ -51,7 +52,8 @@ def check_fraction_range(test_id: str, metric: str, better: str, baseline: float
 def baseline_view(entry: BaselineEntry) -> dict:
     return {"median": entry.summary.median, "mad": entry.summary.mad, "n": entry.summary.n,
             "samples": list(entry.summary.samples), "provenance": entry.provenance, "when": entry.when,
-            "commit": entry.commit, "software": entry.software, "source": entry.source}
+            "commit": entry.commit, "software": entry.software, "source": entry.source,
+            "run_medians": [r["median"] for r in entry.runs]}
 
 
 def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, settings: Settings,
@@ -80,9 +82,13 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
             check_fraction_range(test_id, metric.name, metric.better, entry.summary.median, tol)
         few = entry.summary.n < MIN_SAMPLES_FOR_RANK_TEST or len(entry.summary.samples) < MIN_SAMPLES_FOR_RANK_TEST
         exact = entry.provenance.startswith("measured") and is_exact(entry.summary.samples, entry.summary.n, values)
+        base_median = entry.summary.median if few and not exact else None
+        runs = [RunSummary.from_dict(r) for r in entry.runs]
+        if len(runs) >= run_noise.MIN_RUNS and not exact:  # between-run model: vs the run medians, tol >= k x spread
+            tol = run_noise.effective_tolerance(tol, runs, absolute=absolute)
+            base_median = run_noise.center(runs)
         verdict = decide(list(entry.summary.samples), values, better=metric.better, tol=tol, absolute_tol=absolute,
-                         abs_floor=ABS_FLOORS.get(metric.unit, 0.0),
-                         baseline_median=entry.summary.median if few and not exact else None, exact=exact)
+                         abs_floor=ABS_FLOORS.get(metric.unit, 0.0), baseline_median=base_median, exact=exact)
     gated = (is_gated(metric.unit, hardware_id, settings.gate) and not tainted
              and (settings.gate == "all" or settings.record_only_reason(test_id, metric.name) is None))
     if (entry is not None and not gated and not tainted and not fallback and metric.family != "fraction"

@@ -80,9 +80,10 @@ def worsening_factor(baseline: float, current: float, better: str) -> float:
 
 
 def measured_swing(entry: BaselineEntry) -> float:
-    """The worst worsening the baseline itself holds: its worst sample (and, where `perfgate
-    calibrate` stored them, its worst run median) against its median."""
-    values = list(entry.summary.samples) + list((entry.spread or {}).get("run_medians") or [])
+    """The worst worsening the baseline itself holds: its worst sample and its worst run median
+    (the runs a refresh pooled, or those `perfgate calibrate` stored) against its median."""
+    values = (list(entry.summary.samples) + list((entry.spread or {}).get("run_medians") or [])
+              + [r["median"] for r in entry.runs if isinstance(r.get("median"), (int, float))])
     med = entry.summary.median
     return max([1.0] + [worsening_factor(med, v, entry.better) for v in values])
 

@@ -6,12 +6,15 @@ them, `perfgate report` plots a history of them.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate import run_noise
 from perfgate.atomic import write_json_atomic
 from perfgate.baselines import BaselineEntry, now_iso
 from perfgate.metrics import Summary
@@ -69,7 +72,9 @@ def area_of(test_id: str) -> str:
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
-    """HEAD (+ "-dirty"), or PERFGATE_GIT_COMMIT where the tree was copied without .git (GPU runners)."""
+    """HEAD, + "-dirty-<hash>" when tracked files differ from it (the hash of `git diff HEAD`, so two
+    dirty trees measured from one commit are told apart), or PERFGATE_GIT_COMMIT where the tree was
+    copied without .git (GPU runners)."""
     if os.environ.get("PERFGATE_GIT_COMMIT"):
         return os.environ["PERFGATE_GIT_COMMIT"]
     try:
@@ -81,7 +86,10 @@ def git_commit(cwd: Path | None = None) -> str | None:
         return None
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
                            capture_output=True, text=True, timeout=10).stdout.strip()
-    return out.stdout.strip() + ("-dirty" if dirty else "")
+    if not dirty:
+        return out.stdout.strip()
+    diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=cwd, capture_output=True, timeout=30).stdout
+    return f"{out.stdout.strip()}-dirty-{hashlib.sha256(diff).hexdigest()[:10]}"
 
 
 def make_document(results: list[MetricResult], *, hardware_id: str, fingerprint: dict, commit: str | None,
@@ -119,48 +127,67 @@ def metric_results(doc: dict) -> list[MetricResult]:
     return [MetricResult.from_dict(r) for r in doc.get("results") or []]
 
 
+def _runs_of(doc: dict, raw: dict) -> list[dict]:
+    """The per-run summaries of one result: pooled ones carry them, a single run is its own."""
+    if raw.get("runs"):
+        return list(raw["runs"])
+    return [run_noise.run_summary(raw["summary"]["samples"] or [raw["summary"]["median"]],
+                                  absolute=raw["unit"] == "fraction", when=doc.get("created"),
+                                  commit=doc.get("commit"), fingerprint=doc.get("fingerprint")).to_dict()]
+
+
 def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
-    """Results -> {area: {test_id: {metric: BaselineEntry}}}, provenance ``measured``."""
+    """Results -> {area: {test_id: {metric: BaselineEntry}}}, provenance ``measured``, with each run's summary."""
     software = (doc.get("fingerprint") or {}).get("software")
     out: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
-    for r in metric_results(doc):
+    for raw, r in zip(doc.get("results", []), metric_results(doc)):
         if r.tainted and not include_tainted:
             continue
-        provenance = "measured" if not doc.get("pooled_from") else \
-            f"measured, pooled over {len(doc['pooled_from'])} runs (" + ", ".join(
-                f"{p['created']} commit {p['commit']}" for p in doc["pooled_from"]) + ")"
+        runs = _runs_of(doc, raw)
+        provenance = "measured" if len(runs) < 2 else \
+            f"measured, pooled over {len(runs)} runs (" + ", ".join(
+                f"{x.get('when')} commit {x.get('commit')}" for x in runs) + ")"
         entry = BaselineEntry(unit=r.unit, better=r.better, summary=r.summary, tol=r.tol, provenance=provenance,
-                              when=doc.get("created"), commit=doc.get("commit"), software=software)
+                              when=doc.get("created"), commit=doc.get("commit"), software=software,
+                              runs=tuple(runs))
         out.setdefault(r.area, {}).setdefault(r.test_id, {})[r.metric] = entry
     return out
 
 
-def pool(docs: list[dict], names: list[str]) -> dict:
+def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False) -> dict:
     """Several runs on one hardware id -> one document whose metrics hold all runs' samples.
 
     Why: run-to-run (or machine-instance-to-instance) variation is larger than the spread
-    inside one run; a baseline pooled over runs carries that variation in its samples."""
+    inside one run; a baseline pooled over runs carries that variation in its samples, and
+    each metric keeps one summary per run it pooled (``runs``) for the between-run noise
+    model. A run that marked a metric tainted contributes nothing to it (unless
+    ``include_tainted``, or every run tainted it: then it stays tainted and refresh skips it)."""
     if len(docs) == 1:
         return docs[0]
     ids = {d["hardware_id"] for d in docs}
     if len(ids) > 1:
         raise ResultsError(f"cannot pool results of different hardware ids {sorted(ids)} ({', '.join(names)})")
-    merged: dict[tuple[str, str], dict] = {}
-    for doc in docs:
+    by_key: dict[tuple[str, str], list[tuple[dict, str, dict]]] = {}
+    for doc, name in zip(docs, names):
         for r in doc.get("results") or []:
-            key = (r["test_id"], r["metric"])
-            if key not in merged:
-                merged[key] = dict(r, summary=dict(r["summary"]), tainted=list(r.get("tainted") or []))
-                merged[key]["_samples"] = list(r["summary"]["samples"])
-            else:
-                merged[key]["_samples"].extend(r["summary"]["samples"])
-                merged[key]["tainted"] += list(r.get("tainted") or [])
+            by_key.setdefault((r["test_id"], r["metric"]), []).append((doc, name, r))
     from perfgate.metrics import summarize
 
     results = []
-    for r in merged.values():
-        r["summary"] = summarize(r.pop("_samples")).to_dict()
-        results.append(r)
+    for contributions in by_key.values():
+        clean = [c for c in contributions if not c[2].get("tainted")]
+        use = contributions if include_tainted or not clean else clean
+        first = use[0][2]
+        samples = [x for _, _, r in use for x in r["summary"]["samples"]]
+        runs = []
+        for doc, name, r in use:
+            runs.append(run_noise.run_summary(r["summary"]["samples"] or [r["summary"]["median"]],
+                                              absolute=r["unit"] == "fraction", when=doc.get("created"),
+                                              commit=doc.get("commit"), fingerprint=doc.get("fingerprint"),
+                                              file=name).to_dict())
+        results.append(dict(first, summary=summarize(samples).to_dict(), runs=runs,
+                            tainted=[t for _, _, r in use for t in (r.get("tainted") or [])],
+                            left_out=[c[1] for c in contributions if all(c[2] is not u[2] for u in use)]))
     last = max(docs, key=lambda d: d.get("created") or "")
     out = dict(last, results=results)
     out["pooled_from"] = [{"file": n, "created": d.get("created"), "commit": d.get("commit")} for n, d in zip(names, docs)]

@@ -119,8 +119,8 @@ def test_bad_tolerance_in_a_test_fails_that_test(project, tol, match):
 
 @pytest.mark.parametrize("corrupt, match", [
     (lambda text: text[: len(text) // 2], "*not valid JSON*perhaps truncated; restore it from git*"),
-    (lambda text: text.replace('"schema_version": 1', '"schema_version": 99'),
-     "*schema version 99, this perfgate reads 1; upgrade perfgate or re-create the file with `perfgate refresh`*"),
+    (lambda text: text.replace('"schema_version": 2', '"schema_version": 99'),
+     "*schema version 99, this perfgate reads 1 and 2; upgrade perfgate or re-create the file with `perfgate refresh`*"),
 ], ids=["truncated", "wrong-schema-version"])
 def test_bad_baseline_file_stops_the_session_and_is_not_overwritten(project, corrupt, match):
     path = project.path / "baselines" / HW / "test_project.json"
@@ -223,12 +223,12 @@ def test_truncated_results_file(tmp_path, command):
 
 def test_refresh_into_a_corrupted_baseline_does_not_overwrite_it(tmp_path):
     path = good_baseline(tmp_path)
-    path.write_text(path.read_text().replace('"schema_version": 1', '"schema_version": 2'))
+    path.write_text(path.read_text().replace('"schema_version": 2', '"schema_version": 3'))
     new = results_file(tmp_path / "new.json", HW, median=2.0)
     before = snapshot(tmp_path)
     out = cli(tmp_path, "refresh", str(new), "--yes", "--root", str(tmp_path))
     assert out.returncode == 2, out
-    assert f"{path}: schema version 2, this perfgate reads 1" in out.stderr and out.stderr.count("\n") == 1
+    assert f"{path}: schema version 3, this perfgate reads 1 and 2" in out.stderr and out.stderr.count("\n") == 1
     assert snapshot(tmp_path) == before
 
 

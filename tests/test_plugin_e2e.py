@@ -53,8 +53,9 @@ def test_refresh_writes_baselines_then_unchanged_run_passes(project):
     files = list((project.path / "baselines" / "cpu-Test-2c").glob("*.json"))
     assert files, "refresh wrote no baseline"
     doc = json.loads(files[0].read_text())
-    assert doc["schema_version"] == 1 and doc["hardware_id"] == "cpu-Test-2c"
+    assert doc["schema_version"] == 2 and doc["hardware_id"] == "cpu-Test-2c"
     bw = doc["entries"]["test_synth.py::test_bw"]["busbw_gbps"]
+    assert len(bw["runs"]) == 1 and bw["runs"][0]["n"] == 6  # one run summary: the between-run model starts here
     assert bw["provenance"] == "measured" and bw["summary"]["n"] == 6 and bw["software"]["torch"]
     res = project.runpytest(HW, "--perf-gate=all", "-p", "no:cacheprovider")
     res.assert_outcomes(passed=2)

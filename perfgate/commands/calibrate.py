@@ -42,8 +42,8 @@ from perfgate.metrics import Metric, summarize
 from perfgate.run_report import fmt_number, short_id
 from perfgate.textable import Column, Line, render, stdout_width, wrap_words
 from perfgate.results import area_of
+from perfgate.run_noise import MAD_TO_SIGMA, robust_spread
 
-MAD_TO_SIGMA = 1.4826  # MAD of a normal sample * this = its standard deviation
 DEFAULT_FLOOR = 0.02
 DEFAULT_FRACTION_FLOOR = 0.01
 
@@ -96,18 +96,6 @@ class Calibration:
     @property
     def absolute(self) -> bool:
         return self.unit == "fraction"
-
-
-def robust_spread(values, *, absolute: bool = False) -> float | None:
-    """1.4826 * MAD, relative to the median unless ``absolute``; None when undefined."""
-    arr = np.asarray(list(values), dtype=float)
-    if arr.size < 2:
-        return None
-    med = float(np.median(arr))
-    mad = float(np.median(np.abs(arr - med))) * MAD_TO_SIGMA
-    if absolute:
-        return mad
-    return None if med == 0 else mad / abs(med)
 
 
 def propose(spread: float | None, *, k: float, floor: float) -> float | None:
@@ -204,6 +192,8 @@ def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float
             ) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
     last = docs[-1]
     software = (last.get("fingerprint") or {}).get("software")
+    pooled = results_mod.pool(docs, [f"run{i + 1}" for i in range(len(docs))]) if len(docs) > 1 else None
+    runs = {(r["test_id"], r["metric"]): tuple(r.get("runs") or ()) for r in (pooled or {}).get("results", [])}
     out: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
     for c in cals:
         if c.proposed is None:
@@ -214,7 +204,7 @@ def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float
         entry = BaselineEntry(unit=c.unit, better=c.better, summary=summarize(c.pooled), tol=c.proposed,
                                 provenance=f"measured: calibrate, pooled over {len(c.run_medians)} runs",
                                 when=last.get("created"), commit=last.get("commit"), software=software,
-                                spread=spread)
+                                spread=spread, runs=runs.get((c.test_id, c.metric), ()))
         out.setdefault(area_of(c.test_id), {}).setdefault(c.test_id, {})[c.metric] = entry
     return out
 

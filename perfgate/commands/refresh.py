@@ -4,6 +4,11 @@ Shows old vs new per metric with provenance and software versions, then writes o
 after confirmation (or --yes). It writes only the results' own hardware id folder, so
 a machine change creates a new folder and leaves every other one untouched; the file it
 replaces is kept as ``<area>.json.prev``.
+
+Several results files are pooled (perfgate.results.pool), each metric keeping one summary
+per run for the between-run noise model; a gated metric whose run medians disagree beyond
+its tolerance stops the refresh with the runs side by side (``--force`` pools them anyway),
+and runs from an uncommitted tree need ``--allow-dirty``.
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import sys
 from pathlib import Path
 
 
-from perfgate import interrupts, mutations, results as results_mod
+from perfgate import interrupts, mutations, results as results_mod, run_noise
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
 from perfgate.fingerprint_check import compare as compare_fingerprints
@@ -28,6 +33,10 @@ def register(sub) -> None:
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
     p.add_argument("--yes", "-y", action="store_true", help="write without asking")
     p.add_argument("--include-tainted", action="store_true", help="also take metrics measured on a busy machine")
+    p.add_argument("--force", action="store_true",
+                   help="pool runs even where their medians disagree beyond the tolerance")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="accept runs measured on a tree with uncommitted changes (commit ends in -dirty-<diff hash>)")
     p.set_defaults(func=run)
 
 
@@ -42,7 +51,7 @@ def _diff_table(rows: list[list[str]], provenances: list[str], *, width: int, ti
     """Old vs new per metric. A provenance shared by every row (one earlier refresh wrote
     them all) is said once above the table instead of in a column of identical text."""
     columns = [Column("test", fold=True, group=True), Column("metric", fold=True), Column("old", "right"),
-               Column("new", "right"), Column("unit"), Column("change", "right")]
+               Column("new", "right"), Column("unit"), Column("change", "right"), Column("runs", "right")]
     head = [title]
     if len(set(provenances)) == 1:
         head.append(f"  old provenance (every row): {provenances[0]}")
@@ -61,7 +70,23 @@ def run(args: argparse.Namespace) -> int:
         if d.get(mutations.RESULTS_KEY):
             raise ValueError(f"{p} was measured with planted bugs ({d[mutations.RESULTS_KEY]['note']}); "
                              f"re-run without {mutations.ENV} before refreshing")
-    doc = results_mod.pool(docs, [str(p) for p in args.results])
+        if d.get("ab"):
+            raise ValueError(f"{p} is a `perfgate ab` comparison (per-round medians of two environments), not a "
+                             f"run; refresh from `pytest --perf-save` results")
+    dirty = [f"{p} (commit {d.get('commit')})" for p, d in zip(args.results, docs)
+             if "-dirty" in (d.get("commit") or "")]
+    if dirty and not args.allow_dirty:
+        raise ValueError(f"measured on an uncommitted tree: {', '.join(dirty)}; commit and re-run, "
+                         f"or pass --allow-dirty to record the dirty tree's commit and diff hash as provenance")
+    doc = results_mod.pool(docs, [str(p) for p in args.results], include_tainted=args.include_tainted)
+    clash = _disagreeing(doc)
+    if clash and not args.force:
+        for line in _disagreement_table(clash, [str(p) for p in args.results], width=stdout_width()):
+            print(line)
+        print(f"not written: {len(clash)} gated metric(s) whose run medians disagree beyond their tolerance "
+              f"(one run would fail against another); find out why, or pass --force to pool them anyway",
+              file=sys.stderr)
+        return 1
     settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
     store = BaselineStore(settings.baselines)
     hw = doc["hardware_id"]
@@ -93,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
                     change = f"{(new.summary.median / prev.summary.median - 1) * 100:+.1f}%"
                 provenances.append(f"{prev.provenance}, {prev.when}, {prev.commit}" if prev else "-")
                 rows.append([short_id(test), name, fmt_number(prev.summary.median if prev else None),
-                             fmt_number(new.summary.median), new.unit, change])
+                             fmt_number(new.summary.median), new.unit, change, str(len(new.runs))])
                 changes += 1
         print()
         for line in _diff_table(rows, provenances, width=width, title=f"{hw}/{area}.json"):
@@ -132,3 +157,28 @@ def _why_nothing(doc: dict, names: str) -> str:
     reasons = sorted({t for r in results for t in (r.get("tainted") or [])})
     return (f"all {len(results)} metric(s) in {names} are tainted ({'; '.join(reasons)}): measured on a busy "
             f"machine, so not baseline material; re-run on a quiet machine, or pass --include-tainted")
+
+
+def _disagreeing(doc: dict) -> list[dict]:
+    """Gated metrics pooled from runs whose medians would fail against one another."""
+    out = []
+    for r in doc.get("results") or []:
+        runs = r.get("runs") or []
+        if r.get("gated", True) and run_noise.disagree([x["median"] for x in runs], r["tol"],
+                                                       absolute=r["unit"] == "fraction"):
+            out.append(r)
+    return out
+
+
+def _disagreement_table(clash: list[dict], files: list[str], *, width: int) -> list[str]:
+    """The run medians of each refused metric side by side, one column per results file."""
+    columns = [Column("test", fold=True, group=True), Column("metric", fold=True), Column("unit"),
+               Column("tol", "right"), *(Column(f"run {i + 1}", "right") for i in range(len(files)))]
+    rows = []
+    for r in clash:
+        by_file = {x.get("file"): x["median"] for x in r["runs"]}
+        tol = f"{r['tol']:.3f}" if r["unit"] == "fraction" else f"{r['tol'] * 100:.0f}%"
+        rows.append([short_id(r["test_id"]), r["metric"], r["unit"], tol, *(fmt_number(by_file.get(f)) for f in files)])
+    legend = [f"  run {i + 1}: {f}" for i, f in enumerate(files)]
+    return ["runs that disagree beyond tolerance (not pooled)", *legend,
+            *(line.text for line in render(columns, rows, width=width))]

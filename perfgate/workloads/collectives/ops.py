@@ -17,9 +17,12 @@ Correctness: after timing, every op runs once more on fresh, rank-specific data 
 output is compared element by element with the expected result; ``wrong`` counts the
 mismatches on this rank (``reduce`` sums them; the test asserts the sum is 0).
 
-Test-only knob: ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>`` (an integer >= 1) makes every
-timed iteration issue the collective k times, which divides bandwidth by k. It exists so
-the regression gate can be shown to fire on a real slowdown; never set it otherwise.
+Test-only knob: ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>``. An integer k >= 1 makes every
+timed iteration issue the collective k times, which divides bandwidth by k; a fractional
+k > 1 (e.g. 1.1, CPU only) busy-waits (k - 1) times each timed sample's own duration inside
+its timed region, so each sample takes k times as long. It
+exists so the regression gate (and `perfgate ab`) can be shown to fire on a real slowdown;
+never set it otherwise.
 """
 from __future__ import annotations
 
@@ -159,16 +162,34 @@ OP_DEFS: dict[str, OpDef] = {
 }
 
 
-def _slowdown() -> int:
-    """The TEST-ONLY slowdown knob (see the module docstring): calls per timed iteration."""
+def _slowdown() -> float:
+    """The TEST-ONLY slowdown knob (see the module docstring): an integer is calls per timed
+    iteration, a fraction stretches each timed sample."""
     raw = os.environ.get(SLOWDOWN_ENV, "1")
     try:
-        k = int(raw)
+        k = float(raw)
     except ValueError:
-        raise ValueError(f"{SLOWDOWN_ENV} must be an integer >= 1, got {raw!r}") from None
-    if k < 1:
-        raise ValueError(f"{SLOWDOWN_ENV} must be >= 1, got {k}")
+        raise ValueError(f"{SLOWDOWN_ENV} must be a number >= 1 (e.g. 4 or 1.1), got {raw!r}") from None
+    if not 1 <= k < float("inf"):
+        raise ValueError(f"{SLOWDOWN_ENV} must be a finite number >= 1, got {raw!r}")
     return k
+
+
+def _slowed(fn: Callable[[], None], k: float) -> Callable[[], None]:
+    """The test-only knob applied to ``fn``: k calls for an integer k. A fractional k is applied
+    once per timed sample instead (see ``_busy_wait``): a wait per collective would also count the
+    time a rank spent waiting for the other ranks' waits (the loop slowed by ~2x at k = 1.5 on
+    gloo), and a sleep per collective costs a scheduler wake-up each time on a busy machine."""
+    return (lambda: [fn() for _ in range(int(k))]) if k == int(k) else fn
+
+
+def _busy_wait(seconds: float) -> None:
+    """Spend ``seconds`` of real time: sleep the bulk, spin the last half millisecond."""
+    end = time.perf_counter() + seconds
+    if seconds > 1e-3:
+        time.sleep(seconds - 5e-4)
+    while time.perf_counter() < end:
+        pass
 
 
 class _Timer:
@@ -191,7 +212,7 @@ class _Timer:
         return time.perf_counter() - t0
 
 
-def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: int, slowdown: int) -> SizeResult:
+def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: int, slowdown: float) -> SizeResult:
     dtype = getattr(torch, spec.dtype)
     esize = torch.tensor([], dtype=dtype).element_size()
     n, rank, device = ctx.world_size, ctx.rank, ctx.device
@@ -202,7 +223,8 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
     inp = _fill(torch, in_elems, rank, device, dtype)
     init = inp.clone()
     out = torch.empty(max(out_elems, 1), device=device, dtype=dtype)
-    run_once = lambda: [opdef.call(dist, inp, out, rank, n) for _ in range(slowdown)]  # noqa: E731
+    whole = slowdown == int(slowdown)  # integer: k collectives per call; fractional: stretch each sample
+    run_once = _slowed(lambda: opdef.call(dist, inp, out, rank, n), slowdown if whole else 1)
     timer = _Timer(torch, device)
     ctx.phase(f"{spec.op} {size} B warm-up")
     for _ in range(max(spec.warmup, 1)):
@@ -256,6 +278,8 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
         for _ in range(iters):
             op_s += timer(run_once)
             ref_s += timer(ref_once)
+        if not whole:  # the fractional knob: the sample's collectives take k times as long, in real time
+            op_s += timer(lambda: _busy_wait(op_s * (slowdown - 1)))
         res.time_us.append(op_s / iters * 1e6)
         res.ref_us.append(ref_s / iters * 1e6)
     # correctness on fresh data, outside the timed region
@@ -278,6 +302,8 @@ def run(spec: CollectiveSpec, ctx) -> list[dict]:
 
     opdef = OP_DEFS[spec.op]
     slowdown = _slowdown() * mutations.collective_repeat()
+    if slowdown != int(slowdown) and ctx.device.type == "cuda":
+        raise ValueError(f"{SLOWDOWN_ENV}={slowdown:g}: fractional slowdowns time the host and work on CPU only")
     out = []
     for size in spec.sizes:
         out.append(vars(_measure_size(torch, dist, ctx, spec, opdef, size, slowdown)))
