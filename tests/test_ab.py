@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfgate import ab
+from perfgate import ab_stats as ab
 from perfgate.cli import main
 from perfgate.verdict import Outcome
 

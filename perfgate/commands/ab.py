@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from perfgate import ab as ab_mod
+from perfgate import ab_stats as ab_mod
 from perfgate import results as results_mod
 from perfgate.metrics import summarize
-from perfgate.report import regression_line, render_table
+from perfgate.run_report import metric_table, regression_line
+from perfgate.textable import stdout_width
 from perfgate.results import MetricResult, area_of
 
 _OWN_OPTIONS = {"--a-python", "--b-python", "--a-env", "--b-env", "--rounds", "--threshold", "--confidence",
@@ -203,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
                       if any(r.get("tainted") for r in d.get("results", []))})
     title = (f"perfgate ab: {hardware_id}, {args.rounds} rounds, B vs A (baseline = A), "
              f"threshold {args.threshold * 100:g}%")
-    print(render_table(results, title), end="")
+    for line in metric_table(results, width=stdout_width(), title=title):
+        print(line.text)
     for r in results:
         print(f"  {r.test_id.split('::', 1)[-1]} {r.metric}: {r.verdict['outcome']}: {r.verdict['explanation']}")
     if tainted:

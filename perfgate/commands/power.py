@@ -19,13 +19,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from perfgate import ab as ab_mod
+from perfgate import ab_stats as ab_mod
 from perfgate.commands import ab as ab_cmd
-from perfgate.report import short_id
+from perfgate.run_report import short_id
+from perfgate.textable import Column, render, stdout_width
 from perfgate.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
@@ -110,20 +108,19 @@ def run(args: argparse.Namespace) -> int:
                                                       resamples=ab_mod.DEFAULT_RESAMPLES, seed=args.seed + rep,
                                                       rerun=""))
     counts = tally(per_condition)
-    t = Table(title=f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold "
-                    f"{args.threshold * 100:g}%", header_style="bold")
-    t.add_column("test")
-    t.add_column("metric")
-    for cond in conditions:
-        t.add_column("false alarms" if cond == "A = A" else f"detected {cond}", justify="right")
+    columns = [Column("test", fold=True, group=True), Column("metric", fold=True),
+               *(Column("false alarms" if cond == "A = A" else f"detected {cond}", "right") for cond in conditions)]
+    rows = []
     for (test, metric), by_cond in sorted(counts.items()):
         cells = []
         for cond in conditions:
             c = by_cond.get(cond, Tally())
             mean = "" if c.mean_change is None else f" ({c.mean_change * 100:+.1f}%)"
             cells.append(f"{c.regressions}/{c.runs}{mean}")
-        t.add_row(escape(short_id(test)), metric, *cells)
-    Console(width=200).print(t)
+        rows.append([short_id(test), metric, *cells])
+    title = f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold {args.threshold * 100:g}%"
+    for line in render(columns, rows, width=stdout_width(), title=title):
+        print(line.text)
     print("cells: regression verdicts / A/B runs (mean measured worsening of B against A)")
     if args.save:
         args.save.write_text(json.dumps({
