@@ -23,6 +23,7 @@ import pytest
 
 from perfgate import gate, mutations
 from perfgate import results as results_mod
+from perfgate.baseline_choice import BaselineChooser, tolerances_id
 from perfgate.baselines import BaselineStore
 from perfgate.config import ConfigError, load_settings
 from perfgate.metrics import Metric, summarize
@@ -139,12 +140,14 @@ def judge(mutated: dict, test_id: str, name: str, *, baseline: dict | None = Non
     when None, the committed baseline of this hardware id."""
     hw = mutated["hardware_id"]
     settings = load_settings(ROOT, hardware_id=hw)
+    settings = load_settings(ROOT, hardware_id=tolerances_id(settings.baselines, hw))
     if baseline is not None:
         entry = results_mod.baseline_entries(baseline)[results_mod.area_of(test_id)][test_id][name]
-    else:
-        entry = BaselineStore(settings.baselines).lookup(hw, results_mod.area_of(test_id), test_id, name)
+    else:  # as the plugin chooses: this id's baseline, else (a ratio) its family's
+        chooser = BaselineChooser(BaselineStore(settings.baselines), hw, lambda: mutated.get("fingerprint") or {})
+        entry = chooser.choose(test_id, name, ratio=True).entry
         if entry is None:
-            pytest.skip(f"no committed baseline of {test_id} {name} for hardware id {hw}")
+            pytest.skip(f"no committed baseline of {test_id} {name} for hardware id {hw} or its family")
     r = _metric(mutated, test_id, name)
     metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary)
     return gate.evaluate(test_id, metric, entry, settings=settings, hardware_id=hw)
