@@ -92,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--repeats must be >= 1")
     if args.rounds < ab_mod.MIN_ROUNDS:
         raise ValueError(f"--rounds must be >= {ab_mod.MIN_ROUNDS}")
+    if args.rounds % 2:
+        raise ValueError(f"--rounds must be even (got {args.rounds}), as in `perfgate ab`")
     slowdowns = parse_slowdowns(args.slowdowns)
     pytest_args = ab_cmd.split_args(list(args.pytest_args), _OWN_OPTIONS, "power")
     root = args.root.resolve()
