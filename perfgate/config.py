@@ -13,7 +13,7 @@ from pathlib import Path
 from perfgate.hardware_id import check_hardware_id
 from perfgate.readers import ReadError, read_toml
 from perfgate.safe_paths import inside_root
-from perfgate.guard import GuardConfigError, GuardSettings, apply as apply_guard
+from perfgate.guard import GuardConfigError, GuardSettings, apply as apply_guard, first_match
 
 DEFAULT_TOLERANCES = {
     "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
@@ -53,11 +53,7 @@ class Settings:
 
     def record_only_reason(self, test_id: str, metric: str) -> str | None:
         """Why ``metric`` of ``test_id`` is recorded but not gated here, or None if it is gated as usual."""
-        key = f"{test_id}@{metric}"
-        for pattern, reason in self.record_only.items():
-            if fnmatch.fnmatchcase(key if "@" in pattern else test_id, pattern):
-                return reason
-        return None
+        return first_match(self.record_only, test_id, metric)
 
 
 def _number(value, where: str) -> float:

@@ -39,11 +39,17 @@ class GuardSettings:
 
     def factor_for(self, test_id: str, metric: str) -> float | None:
         """The configured factor of the first matching pattern, or None."""
-        key = f"{test_id}@{metric}"
-        for pattern, value in self.factors.items():
-            if fnmatch.fnmatchcase(key if "@" in pattern else test_id, pattern):
-                return value
-        return None
+        return first_match(self.factors, test_id, metric)
+
+
+def first_match(table: dict, test_id: str, metric: str):
+    """The value of the first ``test_id_glob[@metric_glob]`` pattern of ``table`` that matches, or
+    None (the pattern rule of the per-machine tables: [record_only], [gross_change.factors])."""
+    key = f"{test_id}@{metric}"
+    for pattern, value in table.items():
+        if fnmatch.fnmatchcase(key if "@" in pattern else test_id, pattern):
+            return value
+    return None
 
 
 def _factor_value(value, where: str) -> float:
