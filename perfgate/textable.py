@@ -106,11 +106,17 @@ def fold(text: str, width: int) -> list[str]:
     return lines
 
 
-def wrap_words(text: str, width: int, indent: str = "") -> list[str]:
-    """Wrap prose at spaces only: a number, a path or a command stays on one line."""
+def wrap_words(text: str, width: int, indent: str = "", fold_long: bool = False) -> list[str]:
+    """Wrap prose at spaces only: a number, a path or a command stays on one line.
+
+    With ``fold_long``, a word wider than a continuation line (a long absolute path in a
+    title) is folded at its joints instead of running past the width."""
     body = text.lstrip(" ")
     lead = text[:len(text) - len(body)]
     words = body.split(" ")
+    if fold_long:
+        room = max(2, width - cells(indent))
+        words = [piece for w in words for piece in (fold(w, room) if cells(w) > room else [w])]
     lines: list[str] = []
     cur = lead
     for w in words:

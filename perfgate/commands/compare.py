@@ -30,6 +30,15 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _shown(path: Path) -> str:
+    """A results file as the user would type it here: relative to the working directory when
+    it lies under it (shorter, still copyable), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def run(args: argparse.Namespace) -> int:
     a, b = results_mod.load(args.baseline), results_mod.load(args.current)
     if a["hardware_id"] != b["hardware_id"] and not args.allow_hardware_mismatch:
@@ -56,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
                             baseline_id=a["hardware_id"]))
     software = (b.get("fingerprint") or {}).get("software")
     width = stdout_width()
-    for line in wrap_words(f"perfgate compare: {args.current} vs {args.baseline} ({b['hardware_id']})", width, "    "):
+    title = f"perfgate compare: {_shown(args.current)} vs {_shown(args.baseline)} ({b['hardware_id']})"
+    for line in wrap_words(title, width, "    ", fold_long=True):
         print(line)
     for line in run_report.terminal_lines(out, hardware_id=b["hardware_id"], width=width, table=args.table,
                                           full_table_at=str(args.markdown) if args.markdown else None,
