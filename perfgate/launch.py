@@ -224,7 +224,7 @@ def _launch_locked(target, spec, world_size, backend, limit: WorkLimit, env, pg_
             "PERFGATE_LAUNCH_PARENT": str(os.getpid()),  # ranks die with their launcher (launch_worker)
         })
         for rank in range(world_size):
-            rank_env = dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank))
+            rank_env = job.env(dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank)))
             procs.append(start_in_own_session([sys.executable, "-m", "perfgate.launch_worker", str(jobdir)],
                                               rank_env, jobdir / f"rank{rank}.log"))
         watch = HeartbeatWatch([jobdir / f"rank{r}.phase" for r in range(world_size)], job.pids, silent_after_s)

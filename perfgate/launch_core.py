@@ -18,6 +18,7 @@ import pickle
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -69,21 +70,34 @@ def start_in_own_session(argv: list[str], env: dict[str, str], log: Path) -> sub
                                 start_new_session=True)
 
 
-class ProcessJob:
-    """The ranks of one launch and every process they started, so that all of them can be killed.
+JOB_TAG_ENV = "PERFGATE_JOB_TAG"
 
-    Each rank leads its own process group (``start_new_session``), and ``killpg`` reaches
+
+class ProcessJob:
+    """The processes of one job (a launch's ranks, a `vllm serve`) and every process they started,
+    so that all of them can be killed.
+
+    Each process leads its own process group (``start_new_session``), and ``killpg`` reaches
     whatever stayed in it. A child that made its own session (a server, a daemonised
-    helper) is not in the group; we find it through psutil while its rank is alive and
-    kill it by identity (psutil checks the start time, so a reused PID is never hit).
+    helper) is not in the group; we find it two ways and kill it by identity (psutil checks
+    the start time, so a reused PID is never hit): through psutil while its parent is alive
+    (:meth:`scan`), and by the job's tag in its environment (:meth:`env`), which it inherits
+    and keeps even when its parent died before any scan saw it (a server that crashed at
+    start-up right after starting an engine).
     """
 
     _SCAN_EVERY_S = 1.0
 
-    def __init__(self, procs: list[subprocess.Popen]):
+    def __init__(self, procs: list[subprocess.Popen], grace_s: float = KILL_GRACE_S):
         self.procs = procs
+        self.grace_s = grace_s
+        self.tag = f"{os.getpid()}-{uuid.uuid4().hex}"
         self._seen: dict[int, Any] = {}
         self._next_scan = 0.0
+
+    def env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` plus this job's tag: give it to every process the job starts."""
+        return {**env, JOB_TAG_ENV: self.tag}
 
     @property
     def pids(self) -> list[int]:
@@ -111,15 +125,25 @@ class ProcessJob:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pid, sig)
 
+    def _tagged(self) -> list[Any]:
+        """Live processes (not this one) whose environment carries this job's tag."""
+        import psutil
+
+        found = []
+        for p in psutil.process_iter(["environ"]):
+            if p.pid != os.getpid() and (p.info.get("environ") or {}).get(JOB_TAG_ENV) == self.tag:
+                found.append(p)
+        return found
+
     def _escaped(self) -> list[Any]:
         import psutil
 
-        alive = []
-        for child in self._seen.values():
+        alive = {}
+        for child in [*self._seen.values(), *self._tagged()]:
             with contextlib.suppress(psutil.Error):
-                if child.is_running():
-                    alive.append(child)
-        return alive
+                if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+                    alive.setdefault(child.pid, child)
+        return list(alive.values())
 
     def kill_all(self) -> None:
         """SIGTERM every rank's process group and escaped child, then SIGKILL what is left."""
@@ -129,7 +153,7 @@ class ProcessJob:
         for child in self._escaped():
             with contextlib.suppress(Exception):
                 child.terminate()
-        deadline = time.monotonic() + KILL_GRACE_S
+        deadline = time.monotonic() + self.grace_s
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=max(0.0, deadline - time.monotonic()))

@@ -140,13 +140,15 @@ def _ab(project, *options):
 
 def test_ab_detects_a_real_slowdown_of_gloo(gloo_project, monkeypatch):
     monkeypatch.delenv("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", raising=False)
-    # 1.75, not 1.5: with 3-4 rounds the interval's low end is about the lowest round's ratio, and on 2 cores
-    # shared with other jobs two of three runs at 1.5 had a round that read B/A <= 1.03
-    code, r, doc = _ab(gloo_project, "--b-env", "PERFGATE_TEST_COLLECTIVE_SLOWDOWN=1.75", "--rounds", "4")
+    # 3x: with 4 rounds the interval's low end is about the lowest round's ratio, and on 2 cores shared with
+    # other jobs one round can read B/A near 1 (1.5x: two of three runs; 1.75x: B/A 1.515 [0.973, 2.547] in a
+    # clean-clone CI run while another pytest ran). This test checks that `ab` detects a slowdown at all;
+    # how small a slowdown it detects is `perfgate power`'s question (docs/lifecycle.md)
+    code, r, doc = _ab(gloo_project, "--b-env", "PERFGATE_TEST_COLLECTIVE_SLOWDOWN=3", "--rounds", "4")
     assert r["verdict"]["outcome"] == "regression", r["verdict"]["explanation"]
     assert code == 1
     assert r["verdict"]["change_ci"][0] > 0.03
-    assert doc["ab"]["b"]["env"] == {"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "1.75"}
+    assert doc["ab"]["b"]["env"] == {"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "3"}
     assert doc["ab"]["order"] == ["ab", "ba", "ab", "ba"]
 
 

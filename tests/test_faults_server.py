@@ -148,7 +148,7 @@ def _running(pids: list[int], pgid: int | None) -> list[int]:
 def left_running(pid_file: Path | None = None, pgid: int | None = None, settle_s: float = 1.0) -> list[int]:
     """PIDs still alive: those the server recorded, and any member of its process group.
 
-    server.kill_process_tree returns right after its SIGKILL, before the kernel has ended
+    ProcessJob.kill_all returns right after its SIGKILL, before the kernel has ended
     the processes; ``settle_s`` lets a process that was already killed finish dying."""
     pids = [int(p) for p in pid_file.read_text().split()] if pid_file and pid_file.exists() else []
     deadline = time.monotonic() + settle_s
@@ -236,17 +236,16 @@ class _Healthy(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.xfail(strict=True, reason="server.start_server trusts any /health answer on its port: when another "
-                                       "server (a leftover vLLM) holds the port, ours dies on bind but the start "
-                                       "is reported as success; fix: require proc.poll() is None after /health "
-                                       "and that the listening socket belongs to proc's tree (psutil)")
 def test_port_held_by_another_healthy_server_is_not_mistaken_for_ours(tmp_path, fake_vllm, pool, monkeypatch):
+    """A leftover server answers /health on the port ours was given: ours dies on bind, and the
+    start fails naming the other process, instead of reporting the other server as ours."""
     other = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
     threading.Thread(target=other.serve_forever, daemon=True).start()
     monkeypatch.setattr(server_mod, "free_port", lambda host="127.0.0.1": other.server_address[1])
     try:
-        with pytest.raises(ServerError, match="Address already in use"):
+        with pytest.raises(ServerError, match="Address already in use") as exc:
             pool.get("dense", model(tmp_path), (), timeout_s=30)
+        assert f"held by another process (PID {os.getpid()})" in str(exc.value)
     finally:
         other.shutdown()
         other.server_close()
@@ -260,7 +259,7 @@ def test_server_that_never_becomes_healthy_is_killed_at_the_startup_timeout(tmp_
     first = str(exc).splitlines()[0]
     assert first.startswith("vllm serve did not answer http://127.0.0.1:") and "/health within 3 s" in first
     assert "INFO Uvicorn running on" in str(exc)  # log tail
-    assert took < 3 + 25  # the timeout plus the SIGTERM grace of kill_process_tree at most
+    assert took < 3 + 25  # the timeout plus the SIGTERM grace of the server's ProcessJob at most
     left = left_running(pid_file, *leaders[:1])
     report_row("server never healthy (startup timeout 3 s)", took, first, left)
     assert left == []
@@ -303,17 +302,15 @@ def test_server_death_mid_run_fails_in_flight_requests_and_the_fixture_cleans_up
     assert left == []
 
 
-@pytest.mark.xfail(strict=True, reason="server.kill_process_tree finds children outside the server's process group "
-                                       "only through the live server process; when the server has already crashed "
-                                       "(here: out of memory at start-up) such a child is orphaned and never killed; "
-                                       "fix: track descendants while waiting for /health, as perfgate.launch does")
 def test_child_outside_the_group_of_a_crashed_server_is_killed(tmp_path, fake_vllm, pool):
+    """The server started a child in its own session, then crashed (out of memory) before any
+    scan saw the child: it is found by the job tag in its environment and killed."""
     pid_file = tmp_path / "server.pids"
     args = ("--escaped-child", "--exhaust-memory", "--pid-file", str(pid_file))
     with pytest.raises(ServerError, match="MemoryError"):
         pool.get("dense", model(tmp_path), args, timeout_s=60)
     left = left_running(pid_file)
-    for pid in left:  # clean up what the harness leaked, then fail as expected
+    for pid in left:  # clean up what the harness leaked, then fail
         os.kill(pid, signal.SIGKILL)
     assert left == []
 

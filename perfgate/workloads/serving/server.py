@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from perfgate import mutations
-from perfgate.launch_core import process_group_alive
+from perfgate.launch_core import ProcessJob
 
 VLLM_CLI = (
     "import importlib.metadata as m, sys\n"
@@ -61,6 +61,9 @@ VLLM_CLI = (
     "from vllm.entrypoints.cli.main import main\n"
     "sys.exit(main())\n"
 )
+
+
+SERVER_GRACE_S = 20.0  # vLLM's engine shuts down in a few seconds after SIGTERM; a stuck one is killed after this
 
 
 class ServerError(RuntimeError):
@@ -139,32 +142,40 @@ def log_tail(path: Path, lines: int = 60) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def kill_process_tree(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM the process group started with proc, wait, then SIGKILL whatever is left.
+def start_job(argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path,
+              grace_s: float) -> tuple[subprocess.Popen, ProcessJob]:
+    """Start a vLLM command as the leader of its own session, output appended to log_path,
+    as a :class:`ProcessJob` whose ``kill_all`` leaves none of its processes behind (vLLM
+    takes a few seconds to shut down its engine after SIGTERM: ``grace_s``)."""
+    procs: list[subprocess.Popen] = []
+    job = ProcessJob(procs, grace_s=grace_s)
+    with open(log_path, "ab") as log:
+        log.write(f"$ {shlex.join(argv)}\n".encode())
+        log.flush()
+        procs.append(subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=job.env(env), cwd=cwd, start_new_session=True))
+    return procs[0], job
 
-    Children that left the group (setsid) are collected with psutil before the signal,
-    so they die too.
-    """
+
+def listening_pids(port: int) -> set[int]:
+    """PIDs with a TCP socket listening on ``port``; 0 stands for a listener whose process the
+    system does not show us (another user's). Empty when the system lists no sockets at all."""
     import psutil
 
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    _, alive = psutil.wait_procs(descendants, timeout=max(1.0, grace_s / 4))
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for p in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+    found = set()
+    with contextlib.suppress(psutil.Error):
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+                found.add(c.pid or 0)
+    return found
+
+
+def _tree_pids(proc: subprocess.Popen) -> set[int]:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return {proc.pid} | {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+    return {proc.pid}
 
 
 @dataclass(frozen=True)
@@ -195,6 +206,7 @@ class VllmServer:
     port: int
     proc: subprocess.Popen
     log_path: Path
+    job: ProcessJob
     startup_s: float = 0.0
     argv: list[str] = field(default_factory=list)
 
@@ -218,8 +230,7 @@ class VllmServer:
             return resp.read().decode()
 
     def stop(self) -> None:
-        if self.proc.returncode is None or process_group_alive(self.proc.pid):
-            kill_process_tree(self.proc)
+        self.job.kill_all()
         remove_short_tmpdir(Path(self.spec.work_dir))
 
     def __enter__(self) -> "VllmServer":
@@ -257,22 +268,26 @@ def start_server(spec: ServerSpec, progress: ProgressFn | None = None,
     if mutations.active("serialized_batching"):
         argv += ["--max-num-seqs", "1"]  # the last occurrence wins
     env = contained_env(work_dir, dict(spec.env))
-    with open(log_path, "ab") as log:
-        log.write(f"$ {shlex.join(argv)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=work_dir, start_new_session=True)
-    server = VllmServer(spec=spec, port=port, proc=proc, log_path=log_path, argv=argv)
+    proc, job = start_job(argv, env, log_path, work_dir, grace_s=SERVER_GRACE_S)
+    server = VllmServer(spec=spec, port=port, proc=proc, log_path=log_path, job=job, argv=argv)
     t0 = time.monotonic()
     next_progress = t0 + progress_every_s
     health = f"{server.base_url}/health"
+    foreign: set[int] = set()  # who answers on our port, when it is not the server we started
     try:
         while True:
+            job.scan(force=True)  # remember the engine's children while the server lives
             if proc.poll() is not None:
+                pids = ", ".join(str(p) if p else "not shown: another user's" for p in sorted(foreign))
+                held = f"; port {port} is held by another process (PID {pids}), not by this server" if foreign else ""
                 raise ServerError(f"vllm serve exited with code {proc.returncode} before /health answered "
-                                  f"(after {time.monotonic() - t0:.0f} s); log {log_path}:\n{server.log_tail()}")
+                                  f"(after {time.monotonic() - t0:.0f} s){held}; log {log_path}:\n"
+                                  f"{server.log_tail()}")
             if _health_ok(health):
-                break
+                owners = listening_pids(port)
+                if not owners or owners & _tree_pids(proc):
+                    break  # ours (or the system does not say who listens: /health is all we have)
+                foreign = owners  # another server answers here: wait for ours to bind, or to die
             now = time.monotonic()
             if now - t0 > spec.startup_timeout_s:
                 raise ServerError(f"vllm serve did not answer {health} within {spec.startup_timeout_s:.0f} s; "
@@ -280,7 +295,7 @@ def start_server(spec: ServerSpec, progress: ProgressFn | None = None,
             if progress and now >= next_progress:
                 progress(now - t0, server.log_tail(1))
                 next_progress = now + progress_every_s
-            time.sleep(0.5)
+            time.sleep(0.1 if now - t0 < 5 else 0.5)  # a crash at start-up is seen early
     except BaseException:
         server.stop()
         raise

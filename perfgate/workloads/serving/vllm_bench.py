@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.workloads.serving.server import contained_env, kill_process_tree, remove_short_tmpdir, vllm_command
+from perfgate.launch_core import ProcessJob
+from perfgate.workloads.serving.server import contained_env, remove_short_tmpdir, start_job, vllm_command
 
 
 @dataclass(frozen=True)
@@ -69,16 +70,15 @@ class BenchServeRun:
         self.work = Path(spec.work_dir)
         self.log_path = self.work / f"{Path(result_name).stem}.log"
         self.proc: subprocess.Popen | None = None
+        self.job: ProcessJob | None = None
         self.t0 = 0.0
 
     def start(self) -> "BenchServeRun":
         self.work.mkdir(parents=True, exist_ok=True)
         argv = [*vllm_command(), *self.spec.argv(self.result_name)]
         self.t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=contained_env(self.work / "env"), cwd=self.work,
-                                         start_new_session=True)
+        self.log_path.unlink(missing_ok=True)
+        self.proc, self.job = start_job(argv, contained_env(self.work / "env"), self.log_path, self.work, grace_s=5.0)
         return self
 
     def _log(self) -> str:
@@ -114,8 +114,8 @@ class BenchServeRun:
         return result
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            kill_process_tree(self.proc, grace_s=5)
+        if self.job is not None:
+            self.job.kill_all()
         remove_short_tmpdir(self.work / "env")
 
     def _fail(self, what: str):
