@@ -5,7 +5,7 @@ another run, lease or day mixes the upgrade with that run's offset. Here both st
 one session on one machine: A and B are two Python interpreters (venvs) or two sets of
 environment variables, each round runs the selection once under each (A B, then B A, ...)
 as a real pytest subprocess with ``--perf-save``, and each metric is gated on the paired
-per-round ratio of its medians with a bootstrap interval over rounds (perfgate/ab.py).
+per-round ratio of its medians with a Student t interval over rounds (perfgate/ab_stats.py).
 
 Results file (``--save``), table and exit code are those of a normal run: 1 when any metric
 is a regression, 0 otherwise, 2 on a usage or run error.
@@ -29,7 +29,7 @@ from perfgate.textable import stdout_width
 from perfgate.results import MetricResult, area_of
 
 _OWN_OPTIONS = {"--a-python", "--b-python", "--a-env", "--b-env", "--rounds", "--threshold", "--confidence",
-                "--seed", "--save", "--keep", "--root", "--hardware-id", "--resamples"}
+                "--save", "--keep", "--root", "--hardware-id"}
 
 
 class ABError(ValueError):
@@ -48,8 +48,6 @@ def register(sub) -> None:
                    help="a regression's whole interval lies beyond this worsening (default 0.03 = 3%%)")
     p.add_argument("--confidence", type=float, default=ab_mod.DEFAULT_CONFIDENCE,
                    help="two-sided bootstrap interval level (default 0.95)")
-    p.add_argument("--resamples", type=int, default=ab_mod.DEFAULT_RESAMPLES, help="bootstrap resamples")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0: reproducible verdicts)")
     p.add_argument("--save", type=Path, help="write the A/B results JSON here")
     p.add_argument("--keep", type=Path, help="keep each round's results JSON in this folder")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
@@ -92,8 +90,8 @@ def run_round(python: str, env_extra: dict[str, str], pytest_args: list[str], sa
     return results_mod.load(save)
 
 
-def compare(a_docs: list[dict], b_docs: list[dict], *, threshold: float, confidence: float, resamples: int,
-            seed: int, rerun: str) -> list[MetricResult]:
+def compare(a_docs: list[dict], b_docs: list[dict], *, threshold: float, confidence: float,
+            rerun: str) -> list[MetricResult]:
     """Pair the rounds' documents metric by metric into MetricResults whose baseline is A."""
     def medians(docs):
         out: dict[tuple[str, str], list] = {}
@@ -120,8 +118,7 @@ def compare(a_docs: list[dict], b_docs: list[dict], *, threshold: float, confide
         verdict = None
         if complete:
             try:
-                p = ab_mod.paired(a_vals, b_vals, better=r.better, threshold=threshold, confidence=confidence,
-                                  resamples=resamples, seed=seed)
+                p = ab_mod.paired(a_vals, b_vals, better=r.better, threshold=threshold, confidence=confidence)
                 verdict = {"outcome": p.outcome.value, "change": p.change, "tol": threshold, "p_value": None,
                            "explanation": p.explanation, "change_ci": list(p.change_ci), "ratio": p.ratio,
                            "ratio_ci": list(p.ratio_ci), "ratios": list(p.ratios)}
@@ -202,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
                      + ([f"--b-python {args.b_python}"] if args.b_python else []))
     rerun = f"perfgate ab {flags} --rounds {args.rounds} -- {' '.join(pytest_args)}"
     results = compare(docs["a"], docs["b"], threshold=args.threshold, confidence=args.confidence,
-                      resamples=args.resamples, seed=args.seed, rerun=rerun)
+                      rerun=rerun)
     if not results:
         print("no metrics recorded: the selected tests record nothing")
         return 1
@@ -224,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         doc["ab"] = {"a": {"python": sides["a"][0], "env": sides["a"][1]},
                      "b": {"python": sides["b"][0], "env": sides["b"][1]},
                      "rounds": args.rounds, "order": ["".join(p) for p in order], "threshold": args.threshold,
-                     "confidence": args.confidence, "resamples": args.resamples, "seed": args.seed,
+                     "confidence": args.confidence,
                      "pytest_args": pytest_args, "tainted_runs": tainted,
                      "a_fingerprint": docs["a"][-1].get("fingerprint")}
         results_mod.save(args.save, doc)

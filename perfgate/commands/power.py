@@ -27,7 +27,7 @@ from perfgate.textable import Column, render, stdout_width
 from perfgate.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
-_OWN_OPTIONS = {"--knob", "--slowdowns", "--repeats", "--rounds", "--threshold", "--confidence", "--seed",
+_OWN_OPTIONS = {"--knob", "--slowdowns", "--repeats", "--rounds", "--threshold", "--confidence",
                 "--save", "--root", "--hardware-id"}
 
 
@@ -40,7 +40,6 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=int, default=8, help="rounds per A/B (default 8)")
     p.add_argument("--threshold", type=float, default=ab_mod.DEFAULT_THRESHOLD, help="as in `perfgate ab`")
     p.add_argument("--confidence", type=float, default=ab_mod.DEFAULT_CONFIDENCE, help="as in `perfgate ab`")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--save", type=Path, help="write the counts as JSON here")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
@@ -106,9 +105,7 @@ def run(args: argparse.Namespace) -> int:
             docs, _ = ab_cmd.measure({"a": (python, {}), "b": (python, env)}, args.rounds, pytest_args, root=root,
                                      hardware_id=args.hardware_id)
             per_condition[cond].append(ab_cmd.compare(docs["a"], docs["b"], threshold=args.threshold,
-                                                      confidence=args.confidence,
-                                                      resamples=ab_mod.DEFAULT_RESAMPLES, seed=args.seed + rep,
-                                                      rerun=""))
+                                                      confidence=args.confidence, rerun=""))
     counts = tally(per_condition)
     columns = [Column("test", fold=True, group=True), Column("metric", fold=True),
                *(Column("false alarms" if cond == "A = A" else f"detected {cond}", "right") for cond in conditions)]
