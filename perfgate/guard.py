@@ -95,13 +95,18 @@ def measured_swing(entry: BaselineEntry) -> float:
 
 
 def limit_for(settings: GuardSettings, test_id: str, metric: str, entry: BaselineEntry) -> tuple[float, str]:
-    """(factor, how it was set) for one metric."""
+    """(factor, how it was set) for one metric: the larger of the configured factor (this test's
+    under [gross_change.factors], else the default) and ``margin`` x the baseline's own worst swing.
+
+    A configured factor widens the guard, never narrows it below measured noise: the CPU
+    baseline of the SLO rate sweep held samples of 0 req/s (an infinite swing), and a configured
+    20x on that test made the next run's median of 0 fail the guard (CI run of 481f343)."""
     configured = settings.factor_for(test_id, metric)
+    swing = measured_swing(entry)
+    if settings.margin * swing > (configured or settings.factor):
+        return settings.margin * swing, (f"{settings.margin:g} x the baseline's own worst swing {swing:.2f}x")
     if configured is not None:
         return configured, "configured for this test under [gross_change.factors]"
-    swing = measured_swing(entry)
-    if settings.margin * swing > settings.factor:
-        return settings.margin * swing, (f"{settings.margin:g} x the baseline's own worst swing {swing:.2f}x")
     return settings.factor, (f"default; the baseline's worst swing {swing:.2f}x x margin {settings.margin:g} "
                              f"is below it")
 

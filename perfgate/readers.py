@@ -12,9 +12,11 @@ so that every consumer downstream can index them without guarding.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import tomllib
+import zlib
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -28,12 +30,19 @@ class ReadError(ValueError):
 
 
 def _read_text(path: Path, *, fix: str, error: type[ValueError]) -> str:
+    """The file's text; a name ending in .gz is gunzipped first (results kept in runs/ are large:
+    a GPU serving run's raw request records are ~4 MB of JSON, ~10x less gzipped)."""
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
         raise
     except OSError as exc:
         raise error(f"{path}: cannot read it ({exc.strerror or exc}); {fix}") from None
+    if Path(path).name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise error(f"{path}: not a complete gzip file ({exc}); {fix}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

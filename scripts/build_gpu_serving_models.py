@@ -1,13 +1,15 @@
-"""Build the GPU serving suite's model directories (config + tokenizer, no weights) for one H200.
+"""Build the GPU serving profile's model directories (config + tokenizer, no weights) ahead of a run.
 
-Why these and not the GPU profile's default (Qwen2.5-7B shapes with a 4 006-word tokenizer
-and 152 064 embedding rows): with dummy weights most generated ids would then lie outside
-the tokenizer, and a 7B model leaves a 30 GB-per-server start on a lease measured in
-minutes. These models are real shapes with every generated id inside the tokenizer:
+The suite builds the same directories itself when PERFGATE_SERVING_MODEL is unset
+(perfgate.workloads.serving.GPU_PROFILE); building them once under a fixed path lets the runs
+of one warm lent machine share them (scripts/gpu_serving_session.sh). The models are real
+shapes whose ids are tokenizer entries but for the embedding's padding to a multiple of 64
+(the Qwen2.5-7B shapes' 152 064 rows against a 4 006-word tokenizer are not:
+tiny_model.QWEN25_7B_STRUCTURE):
 
   dense  TinyLlama-1.1B's shapes (Llama layout: hidden 2048, 22 layers, 32 heads / 4 KV heads,
          MLP 5632, vocabulary 32 000 words -> 32 064 rows): 1.1 B parameters, 2.2 GB in bf16
-  moe    the profile's Qwen3-MoE layout (hidden 2048, 24 layers, 64 experts top-8), vocabulary
+  moe    a Qwen3-MoE layout (hidden 2048, 24 layers, 64 experts top-8), vocabulary
          32 000 words: 7.8 B total / ~1.8 B active parameters
 
 Serve them with `--load-format dummy` (vLLM fills random weights on the GPU; no hub, no
@@ -20,21 +22,15 @@ weight files). Usage, on the GPU machine:
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfgate.workloads.serving.tiny_model import (QWEN3_MOE_SMALL_STRUCTURE, TinyModelSpec,  # noqa: E402
-                                                   build_tiny_model)
+from perfgate.workloads.serving import GPU_PROFILE  # noqa: E402
+from perfgate.workloads.serving.tiny_model import TinyModelSpec, build_tiny_model  # noqa: E402
 
-LLAMA_1B_STRUCTURE = TinyModelSpec(
-    arch="llama", vocab_words=32000, hidden_size=2048, num_layers=22, num_heads=32, num_kv_heads=4,
-    head_dim=64, intermediate_size=5632, max_position_embeddings=4096)
-QWEN3_MOE_32K_VOCAB = replace(QWEN3_MOE_SMALL_STRUCTURE, vocab_words=32000, vocab_size=None)
-
-MODELS = {"dense": LLAMA_1B_STRUCTURE, "moe": QWEN3_MOE_32K_VOCAB}
+MODELS = {"dense": GPU_PROFILE.dense_model, "moe": GPU_PROFILE.moe_model}
 
 
 def params(spec: TinyModelSpec, vocab_size: int) -> float:

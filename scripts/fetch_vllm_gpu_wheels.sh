@@ -4,7 +4,7 @@
 # each fit one device call. Python 3.12, manylinux x86-64, binary wheels only, --no-deps.
 #
 # Why pieces: the GPU machines have no package index, and a device call carries at most
-# 64 MiB together with the working tree (~22 MB); the vLLM wheel alone is 279 MB. So the
+# 64 MiB together with the working tree; the vLLM wheel alone is 279 MB. So the
 # wheels are put in one tar, the tar is split into pieces of PIECE_BYTES, and each piece
 # travels in its own call (scripts/vllm_gpu_carry.sh says how; docs/serving.md has the
 # steps). A user whose GPU node reaches a package index needs none of this:
@@ -21,7 +21,14 @@ set -euo pipefail
 
 SET="${1:-minimal}"
 PIP="${2:-python3 -m pip}"
-PIECE_BYTES="${PIECE_BYTES:-40000000}"   # + the ~22 MB working tree < 64 MiB a call
+# A piece travels with the working tree (tracked files: 39 MB on 2026-12-01, most of it
+# results in runs/), and a call carries 64 MiB in all: pieces fill what the tree leaves, less
+# 4 MB for files added before the pieces travel, and at most 40 MB.
+TREE_BYTES=$(cd "$ROOT" && git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+ROOM=$(( 67108864 - TREE_BYTES - 4000000 ))
+[ "$ROOM" -gt 40000000 ] && ROOM=40000000
+PIECE_BYTES="${PIECE_BYTES:-$ROOM}"
+[ "$PIECE_BYTES" -ge 8000000 ] || { echo "the working tree ($TREE_BYTES bytes) leaves under 8 MB of a 64 MiB call for a piece; set PIECE_BYTES or carry from a smaller tree" >&2; exit 1; }
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WHL="$ROOT/.vllm-whl/$SET"
 CARRY="$ROOT/.vllm-carry"

@@ -75,3 +75,16 @@ def test_pipeline_reduce_splits_specs_and_combines_ranks():
     assert run.series[4].bubble == pytest.approx([0.4, 0.6])
     assert run.series[4].tokens_per_s == pytest.approx([40.0, 20.0])  # slowest rank's step: 1 s, 2 s
     assert run.by_rank(4, "p2p_s") == [[0.1, 0.2], [0.1, 0.2]]
+
+
+def test_gpu_serving_models_generate_tokenizer_entries_but_for_padding(tmp_path):
+    """Random weights pick any row of the embedding: the GPU profile's default models must not have
+    rows that are no token beyond the padding to a multiple of 64 (the former 7B default: 96 %)."""
+    pytest.importorskip("tokenizers")
+    from perfgate.workloads.serving import GPU_PROFILE
+    from perfgate.workloads.serving.tiny_model import SPECIAL_TOKENS, build_tiny_model
+    for kind, spec in (("dense", GPU_PROFILE.dense_model), ("moe", GPU_PROFILE.moe_model)):
+        built = build_tiny_model(tmp_path / kind, spec)
+        entries = len(built.word_ids) + len(SPECIAL_TOKENS)
+        assert 0 <= built.vocab_size - entries < 64, (kind, built.vocab_size, entries)
+        assert built.load_format_args == ("--load-format", "dummy")

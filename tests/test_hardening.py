@@ -306,6 +306,21 @@ def test_pyproject_section_of_the_wrong_type(project, text, key):
     assert key in one_line(res.stderr.str())
 
 
+def test_gzipped_results_files_are_read_and_a_damaged_one_says_so(tmp_path):
+    """runs/ keeps large results gzipped (.json.gz); every command reads them like plain JSON."""
+    import gzip
+    doc = results_doc()
+    plain, packed, cut = tmp_path / "r.json", tmp_path / "r.json.gz", tmp_path / "cut.json.gz"
+    plain.write_text(json.dumps(doc))
+    packed.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    cut.write_bytes(packed.read_bytes()[:-12])
+    assert results_mod.load(packed) == results_mod.load(plain)
+    out = cli_subprocess(tmp_path, "compare", str(plain), str(packed), "--root", str(tmp_path))
+    assert out.returncode == 0, out
+    out = cli_subprocess(tmp_path, "compare", str(plain), str(cut), "--root", str(tmp_path))
+    assert out.returncode == 2 and f"{cut}: not a complete gzip file" in one_line(out.stderr), out
+
+
 @pytest.mark.parametrize("command", ["refresh", "compare"])
 @pytest.mark.parametrize("damage", ["non-utf8", "no-area", "entry-is-5"])
 def test_results_file_damage_in_the_cli(tmp_path, command, damage):

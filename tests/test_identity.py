@@ -305,6 +305,20 @@ def test_calibrated_run_medians_count_as_measured_swing():
     assert guard.measured_swing(higher) == pytest.approx(99.5 / 50.0)
 
 
+def test_a_configured_factor_never_narrows_the_guard_below_measured_swing():
+    """A baseline holding a sample of 0 (higher is better) has an infinite swing: a current median
+    of 0 is within its own noise, whatever factor is configured (CI run of 481f343)."""
+    from perfgate import guard
+    zeros = entry([0.0, 16.0, 8.0, 0.0, 16.0], unit="req/s", better="higher")
+    settings = guard.GuardSettings(factors={"perf/serving/*": 20.0})
+    assert guard.limit_for(settings, TID, "max_rate_meeting_slo_rps", zeros)[0] == float("inf")
+    assert guard.check(settings, TID, "max_rate_meeting_slo_rps", zeros, 0.0, tol=0.1) is None
+    steady = entry([10.0, 10.1, 9.9, 10.0], unit="req/s", better="higher")
+    limit, how = guard.limit_for(settings, TID, "max_rate_meeting_slo_rps", steady)
+    assert limit == 20.0 and "configured" in how
+    assert guard.check(settings, TID, "max_rate_meeting_slo_rps", steady, 0.0, tol=0.1) is not None
+
+
 def test_gross_change_settings_are_read_and_checked(tmp_path):
     (tmp_path / "baselines" / "cpu-X-avx2-2c").mkdir(parents=True)
     (tmp_path / "baselines" / "cpu-X-avx2-2c" / "tolerances.toml").write_text(

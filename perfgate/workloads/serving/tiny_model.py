@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -95,12 +95,21 @@ TINY_MOE = TinyModelSpec(arch="qwen3_moe")
 QWEN25_7B_STRUCTURE = TinyModelSpec(
     arch="qwen2", vocab_size=152064, hidden_size=3584, num_layers=28, num_heads=28, num_kv_heads=4,
     head_dim=128, intermediate_size=18944, max_position_embeddings=32768)
-"""Qwen2.5-7B-Instruct's shapes (the seed's dummy 7B engine), with our tokenizer: serve with dummy weights."""
+"""Qwen2.5-7B-Instruct's shapes (the seed's dummy 7B engine), with our tokenizer: serve with dummy weights.
+Not a default: its 152 064 embedding rows against our 4 006-word tokenizer let random weights
+generate ids that are no word (point PERFGATE_SERVING_MODEL at a real checkpoint's dir instead)."""
 QWEN3_MOE_SMALL_STRUCTURE = TinyModelSpec(
     arch="qwen3_moe", vocab_size=151936, hidden_size=2048, num_layers=24, num_heads=32, num_kv_heads=4,
     head_dim=128, intermediate_size=6144, num_experts=64, experts_per_token=8, moe_intermediate_size=768,
     max_position_embeddings=32768)
 """A ~15B-total / ~2B-active Qwen3-MoE layout for one GPU, dummy weights."""
+LLAMA_1B_STRUCTURE = TinyModelSpec(
+    arch="llama", vocab_words=32000, hidden_size=2048, num_layers=22, num_heads=32, num_kv_heads=4,
+    head_dim=64, intermediate_size=5632, max_position_embeddings=4096)
+"""TinyLlama-1.1B's shapes with a 32 000-word tokenizer (32 064 rows: 32 006 tokenizer entries and 58 rows of padding), dummy
+weights: the GPU profile's dense model, what baselines/1xH200 was measured with."""
+QWEN3_MOE_GPU_STRUCTURE = replace(QWEN3_MOE_SMALL_STRUCTURE, vocab_words=32000, vocab_size=None)
+"""The Qwen3-MoE layout above with the 32 000-word tokenizer (7.8 B total): the GPU profile's MoE model."""
 
 
 @dataclass
