@@ -40,6 +40,10 @@ def wait_for(predicate, timeout_s: float, what: str, proc: subprocess.Popen | No
         time.sleep(0.05)
 
 
+def _ctrl_c_enabled() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def entry(median: float) -> BaselineEntry:
     return BaselineEntry(unit="x", better="higher", summary=summarize([median * k for k in (1, 1.01, 0.99, 1, 1)]),
                          tol=0.1, provenance="measured", when="2026-11-30T00:00:00+00:00", commit="old")
@@ -82,9 +86,14 @@ def test_signal_during_a_run_saves_results_so_far_and_kills_the_job(pytester, si
     old = store.write(HW, "misc",  # the area of tests outside perf/<area>/
                       {"test_session.py::test_quick[0]": {"speedup": entry(2.0)}})
     old_bytes = old.read_bytes()
+    # preexec_fn: Ctrl-C enabled in the session whatever this process inherited. A shell script's
+    # background job (`cmd &`) starts with SIGINT ignored, children inherit that, and Python then
+    # installs no KeyboardInterrupt handler: the session would sleep through the signal (seen when
+    # CI itself was started as such a job). That is the caller's choice, not perfgate's to test.
     proc = subprocess.Popen([sys.executable, "-m", "pytest", f"--perf-hardware-id={HW}", "--perf-save=r.json",
                              "--perf-refresh", "-p", "no:cacheprovider", "-q", "test_session.py"],
-                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=_ctrl_c_enabled)
     try:
         # the last test is running (both ranks of its job are up and stuck in the collective): interrupt now
         wait_for(lambda: len(list(pid_dir.glob("rank*.pids"))) == 2 if with_job else (pid_dir / "sleeping").exists(),
