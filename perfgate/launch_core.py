@@ -6,6 +6,7 @@
 - :func:`resolve_target`: a rank's ``"package.module:function"`` to the function.
 - :func:`write_pickle_atomic`: a result or a job file handed over atomically (readers see whole files only).
 - :func:`tail` and :func:`signal_name`: what a failure message quotes.
+- :func:`tree_pids`: a process and its descendants, by PID.
 
 Nothing here imports torch: the parent of a job must not touch CUDA by accident.
 """
@@ -44,6 +45,15 @@ def signal_name(returncode: int | None) -> str:
         except ValueError:
             return f"signal {-returncode}"
     return f"exit code {returncode}"
+
+
+def tree_pids(pid: int) -> set[int]:
+    """``pid`` and every descendant of it that is alive now ({pid} when it cannot be read)."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
+    return {pid}
 
 
 def resolve_target(target: str) -> Any:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import psutil
 
+from perfgate.launch_core import tree_pids
+
 GiB = 1 << 30
 
 # NVML clock-event ("throttle") reason bits, as in nvml.h. Stable across driver versions.
@@ -117,7 +119,7 @@ def own_pids() -> set[int]:
         root = psutil.Process()
         if os.environ.get("PYTEST_XDIST_WORKER") and root.parent() is not None:
             root = root.parent()  # sibling workers are ours too
-        return {root.pid} | {p.pid for p in root.children(recursive=True)}
+        return tree_pids(root.pid)
     return {os.getpid()}
 
 

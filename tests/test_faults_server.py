@@ -47,6 +47,7 @@ serve.add_argument("--exhaust-memory", action="store_true")
 serve.add_argument("--engine-children", action="store_true")
 serve.add_argument("--escaped-child", action="store_true")
 serve.add_argument("--pid-file")
+serve.add_argument("--disk-full", action="store_true")
 args = parser.parse_args()
 print(f"INFO fake vllm serve {args.model}", flush=True)
 pids = [os.getpid()]
@@ -56,6 +57,12 @@ if args.escaped_child:  # a child that left the group (its own session)
     pids.append(subprocess.Popen(["sleep", "600"], start_new_session=True).pid)
 if args.pid_file:
     open(args.pid_file, "w").write(" ".join(map(str, pids)))
+if args.disk_full:  # as vLLM's engine dies of a full disk: the cause, then a screen of aftermath
+    print("(EngineCore) ERROR cannot write PCH file: No space left on device", flush=True)
+    for i in range(120):
+        print(f"  File \"engine.py\", line {i}, in aftermath", flush=True)
+    print("RuntimeError: Engine core initialization failed. See root cause above.", flush=True)
+    sys.exit(1)
 if args.exhaust_memory:  # a real allocation failure, bounded so the machine is never at risk
     resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
     print("INFO allocating the KV cache", flush=True)
@@ -188,7 +195,8 @@ def server_pids_started_by(fn) -> tuple[object, float, list[int]]:
 @pytest.mark.parametrize("engine_args, expected", [
     (("--no-such-flag",), "error: unrecognized arguments: --no-such-flag"),
     (("--exhaust-memory",), "MemoryError"),
-], ids=["bad-argument", "out-of-memory"])
+    (("--disk-full",), "cause, as the log says: (EngineCore) ERROR cannot write PCH file: No space left on device"),
+], ids=["bad-argument", "out-of-memory", "disk-full-cause-above-the-tail"])
 def test_server_that_fails_to_start_gives_its_log_tail_and_leaves_nothing(tmp_path, fake_vllm, pool,
                                                                           engine_args, expected):
     pid_file = tmp_path / "server.pids"
@@ -197,7 +205,7 @@ def test_server_that_fails_to_start_gives_its_log_tail_and_leaves_nothing(tmp_pa
     exc, took, leaders = server_pids_started_by(lambda: pool.get("dense", model(tmp_path), args, timeout_s=60))
     assert isinstance(exc, ServerError), exc
     first = str(exc).splitlines()[0]
-    assert first.startswith("vllm serve exited with code "), first
+    assert first.startswith("vllm serve exited (exit code "), first
     if "--engine-children" in args:
         assert len(pid_file.read_text().split()) == 3  # the children existed before the failure
     assert "before /health answered" in first and "vllm_server.log" in first
@@ -294,7 +302,7 @@ def test_server_death_mid_run_fails_in_flight_requests_and_the_fixture_cleans_up
     summary = summarize(result.records, result.duration_s)
     assert summary.completed == 3 and summary.failed == 5
     # the pool notices the dead server at the next request for it, with its log, and stops it
-    with pytest.raises(RuntimeError, match="died between tests; log tail"):
+    with pytest.raises(RuntimeError, match=r"died between tests \(SIGKILL\); log "):
         pool.get("dense", model(tmp_path), (), timeout_s=60)
     left = left_running(pid_file, pgid)
     report_row("server SIGKILLed mid-run (5 streams in flight)", took,
@@ -337,7 +345,7 @@ def test_real_vllm_with_a_bad_argument(tmp_path, pool, monkeypatch):
         lambda: pool.get("dense", model(tmp_path), ("--no-such-flag",), timeout_s=300))
     assert isinstance(exc, ServerError), exc
     first = str(exc).splitlines()[0]
-    assert first.startswith("vllm serve exited with code 2 before /health answered"), first
+    assert first.startswith("vllm serve exited (exit code 2) before /health answered"), first
     assert "unrecognized arguments: --no-such-flag" in str(exc)
     left = left_running(None, *leaders[:1])
     report_row("real vllm serve: bad argument", took, first, left)

@@ -210,6 +210,19 @@ def test_compare_of_a_whole_suite_run_fits_the_width(columns):
     assert same.returncode == 0 and "no metric needs attention (743 recorded)" in same.stdout
 
 
+def test_compare_into_a_pipe_its_reader_closed_ends_quietly():
+    """`perfgate compare A B | head -3`: the reader leaves early. No traceback and no
+    'Broken pipe' error, SIGPIPE's exit status (141) as any pipeline writer's."""
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.Popen([sys.executable, "-m", "perfgate.cli", "compare", str(RUNS / "ci-114feea-no-crosscheck.json"),
+                             str(WITH_REGRESSION), "--root", str(ROOT)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=ROOT)
+    proc.stdout.close()  # the reader is gone before the first line is written
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(60) == 141, stderr
+    assert stderr == "", stderr
+
+
 PROJECT = """
 import os, pytest
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from perfgate import mutations
-from perfgate.launch_core import ProcessJob
+from perfgate.launch_core import ProcessJob, signal_name, tree_pids
 
 VLLM_CLI = (
     "import importlib.metadata as m, sys\n"
@@ -67,7 +68,33 @@ SERVER_GRACE_S = 20.0  # vLLM's engine shuts down in a few seconds after SIGTERM
 
 
 class ServerError(RuntimeError):
-    """The server did not come up (or died); the message carries the tail of its log."""
+    """The server did not come up (or died); the message carries the cause found in its log and its tail."""
+
+
+# Lines that say why a server died, wherever they are in its log. The tail of a failed start is
+# usually the aftermath ("compilation terminated", "Engine core initialization failed", a
+# traceback of the process that noticed), and the cause sits a screen or more above it. Only
+# messages that are emitted on failure alone: vLLM's start-up warnings mention "Too many open
+# files" and "out of memory" as things that *could* happen, so those phrases alone are not here.
+FATAL_LINE = re.compile(r"No space left on device|Cannot allocate memory|CUDA out of memory|"
+                        r"\bOutOfMemoryError\b|\bMemoryError\b|Address already in use")
+LOG_SCAN_BYTES = 4 << 20
+
+
+def log_cause(path: Path) -> str:
+    """The first line of the log (its last 4 MiB) that names a fatal condition, or ''."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - LOG_SCAN_BYTES))
+            text = fh.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+    for line in text.splitlines():
+        if FATAL_LINE.search(line):
+            line = line.strip()
+            return line if len(line) <= 300 else line[:297] + "..."
+    return ""
 
 
 def vllm_command() -> list[str]:
@@ -170,14 +197,6 @@ def listening_pids(port: int) -> set[int]:
     return found
 
 
-def _tree_pids(proc: subprocess.Popen) -> set[int]:
-    import psutil
-
-    with contextlib.suppress(psutil.Error):
-        return {proc.pid} | {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
-    return {proc.pid}
-
-
 @dataclass(frozen=True)
 class ServerSpec:
     """What to serve and how. engine_args are passed to `vllm serve` verbatim."""
@@ -223,6 +242,12 @@ class VllmServer:
 
     def log_tail(self, lines: int = 60) -> str:
         return log_tail(self.log_path, lines)
+
+    def failure_log(self, lines: int = 60) -> str:
+        """For an error message: the log's path, the line that names the cause (if one does), the tail."""
+        cause = log_cause(self.log_path)
+        head = f"cause, as the log says: {cause}\n" if cause else ""
+        return f"log {self.log_path}:\n{head}--- last {lines} lines ---\n{self.log_tail(lines)}"
 
     def metrics_text(self, timeout_s: float = 10.0) -> str:
         """The Prometheus /metrics page."""
@@ -280,18 +305,17 @@ def start_server(spec: ServerSpec, progress: ProgressFn | None = None,
             if proc.poll() is not None:
                 pids = ", ".join(str(p) if p else "not shown: another user's" for p in sorted(foreign))
                 held = f"; port {port} is held by another process (PID {pids}), not by this server" if foreign else ""
-                raise ServerError(f"vllm serve exited with code {proc.returncode} before /health answered "
-                                  f"(after {time.monotonic() - t0:.0f} s){held}; log {log_path}:\n"
-                                  f"{server.log_tail()}")
+                raise ServerError(f"vllm serve exited ({signal_name(proc.returncode)}) before /health answered "
+                                  f"(after {time.monotonic() - t0:.0f} s){held}; {server.failure_log()}")
             if _health_ok(health):
                 owners = listening_pids(port)
-                if not owners or owners & _tree_pids(proc):
+                if not owners or owners & tree_pids(proc.pid):
                     break  # ours (or the system does not say who listens: /health is all we have)
                 foreign = owners  # another server answers here: wait for ours to bind, or to die
             now = time.monotonic()
             if now - t0 > spec.startup_timeout_s:
                 raise ServerError(f"vllm serve did not answer {health} within {spec.startup_timeout_s:.0f} s; "
-                                  f"raise startup_timeout_s or look at log {log_path}:\n{server.log_tail()}")
+                                  f"raise startup_timeout_s or look at the {server.failure_log()}")
             if progress and now >= next_progress:
                 progress(now - t0, server.log_tail(1))
                 next_progress = now + progress_every_s
