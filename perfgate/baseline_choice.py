@@ -17,7 +17,7 @@ from typing import Callable
 
 from perfgate import cpu_info
 from perfgate.baselines import BaselineEntry, BaselineStore
-from perfgate.fingerprint_check import FingerprintDiff, compare
+from perfgate.fingerprint_check import WORKLOAD_NOTE, FingerprintDiff, compare
 from perfgate.hardware import id_family
 from perfgate.results import area_of
 
@@ -98,8 +98,8 @@ class BaselineChooser:
 
 def report_notes(results, hardware_id: str) -> list[str]:
     """One line per kind of identity event in a run, for the terminal summary and Markdown:
-    which ratios were judged against another id, and which absolute metrics were not comparable
-    with their baseline's machine (and why)."""
+    which ratios were judged against another id, which absolute metrics were not comparable
+    with their baseline's machine, and which metrics with their baseline's workload (and why)."""
     lines = []
     fallbacks: dict[str, int] = {}
     incomparable: dict[str, int] = {}
@@ -114,6 +114,10 @@ def report_notes(results, hardware_id: str) -> list[str]:
         lines.append(f"{n} ratio metric(s) judged against the baseline of {other}: {hardware_id} has none "
                      f"of its own (same family; absolute figures never fall back)")
     for why, n in sorted(incomparable.items()):
-        lines.append(f"{n} absolute metric(s) {why}; they are not judged (refresh the baseline on this "
-                     f"machine, or run where the baseline was measured)")
+        if why.startswith(WORKLOAD_NOTE):
+            lines.append(f"{n} metric(s) {why}; they are not judged (refresh the baseline with this workload's "
+                         f"results, or run the workload the baseline measured)")
+        else:
+            lines.append(f"{n} absolute metric(s) {why}; they are not judged (refresh the baseline on this "
+                         f"machine, or run where the baseline was measured)")
     return lines

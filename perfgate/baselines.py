@@ -46,6 +46,7 @@ class BaselineEntry:
     source: str | None = None  # for imported numbers: the section of the report
     spread: dict | None = None  # from `perfgate calibrate`: run-to-run spread and the tolerance it proposed
     runs: tuple[dict, ...] = ()  # one run_noise.RunSummary dict per contributing run (schema 2)
+    workload: dict | None = None  # what was measured beyond the test id (PerfRecorder.identify)
 
     def to_dict(self) -> dict:
         d = {"unit": self.unit, "better": self.better, "tol": self.tol, "summary": self.summary.to_dict(),
@@ -56,6 +57,8 @@ class BaselineEntry:
             d["spread"] = self.spread
         if self.runs:
             d["runs"] = [dict(r) for r in self.runs]
+        if self.workload:
+            d["workload"] = dict(self.workload)
         return d
 
     @classmethod
@@ -63,7 +66,7 @@ class BaselineEntry:
         return cls(unit=d["unit"], better=d["better"], summary=Summary.from_dict(d["summary"]), tol=d.get("tol"),
                    provenance=d.get("provenance", "measured"), when=d.get("when"), commit=d.get("commit"),
                    software=d.get("software"), source=d.get("source"), spread=d.get("spread"),
-                   runs=tuple(d.get("runs") or ()))
+                   runs=tuple(d.get("runs") or ()), workload=d.get("workload") or None)
 
     @property
     def is_imported(self) -> bool:

@@ -96,6 +96,20 @@ def compare(baseline_fp: dict | None, current_fp: dict) -> FingerprintDiff:
     return out
 
 
+WORKLOAD_NOTE = "not comparable: the baseline measured another workload"
+
+
+def other_workload(base: dict | None, here: dict | None, tol: float) -> Verdict | None:
+    """The verdict of any metric whose baseline identified another workload (PerfRecorder.identify),
+    ratios included: a ratio of another model is another number. None when both say the same, or
+    either says nothing (a baseline from before identities were recorded is judged as it was)."""
+    if not base or not here or base == here:
+        return None
+    changed = [f"{k}: {base.get(k, '(none)')} (baseline) -> {here.get(k, '(none)')} (here)"
+               for k in sorted(set(base) | set(here)) if base.get(k) != here.get(k)]
+    return Verdict(Outcome.NOT_COMPARABLE, None, tol, None, f"{WORKLOAD_NOTE}: " + "; ".join(changed))
+
+
 def not_comparable(diff: FingerprintDiff, tol: float) -> Verdict:
     """The verdict of an absolute metric whose baseline was measured on a machine that differs."""
     return Verdict(Outcome.NOT_COMPARABLE, None, tol, None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from perfgate import guard, run_noise
 from perfgate.baselines import BaselineEntry
 from perfgate.config import ABS_FLOORS, ConfigError, Settings
-from perfgate.fingerprint_check import FingerprintDiff, not_comparable
+from perfgate.fingerprint_check import FingerprintDiff, not_comparable, other_workload
 from perfgate.metrics import RATIO_FAMILIES, UNIT_FAMILIES, Metric, summarize
 from perfgate.results import MetricResult, area_of
 from perfgate.run_noise import RunSummary
@@ -53,25 +53,29 @@ def baseline_view(entry: BaselineEntry) -> dict:
     return {"median": entry.summary.median, "mad": entry.summary.mad, "n": entry.summary.n,
             "samples": list(entry.summary.samples), "provenance": entry.provenance, "when": entry.when,
             "commit": entry.commit, "software": entry.software, "source": entry.source,
-            "run_medians": [r["median"] for r in entry.runs]}
+            "run_medians": [r["median"] for r in entry.runs], "workload": entry.workload}
 
 
 def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, settings: Settings,
              hardware_id: str, samples: list[float] | None = None, attempts: int = 1,
              tainted: list[str] | None = None, baseline_id: str | None = None, fallback: bool = False,
-             diff: FingerprintDiff | None = None) -> MetricResult:
+             diff: FingerprintDiff | None = None, workload: dict | None = None) -> MetricResult:
     """Verdict for ``metric`` (or for ``samples`` pooled over re-measurements) against ``entry``.
 
     ``baseline_id``/``fallback``: the id the entry came from (perfgate.baseline_choice); ``diff``:
     how that baseline's machine differs from this one (perfgate.fingerprint_check). An absolute
-    metric against a differing machine is ``not-comparable``; a not-gated one that got worse by a
-    factor no measured noise explains fails through the gross-change guard (perfgate.guard)."""
+    metric against a differing machine is ``not-comparable``, and so is any metric whose baseline
+    identified another ``workload`` (the served model, its flags: PerfRecorder.identify); a
+    not-gated one that got worse by a factor no measured noise explains fails through the
+    gross-change guard (perfgate.guard)."""
     values = samples if samples is not None else list(metric.summary.samples)
     summary = summarize(values)
     tol = tolerance(settings, test_id, metric, entry)
     absolute = metric.family == "fraction"
     if entry is None:
         verdict = decide(None, values, better=metric.better, tol=tol, absolute_tol=absolute)
+    elif other_workload(entry.workload, workload, tol) is not None:
+        verdict = other_workload(entry.workload, workload, tol)
     elif diff is not None and not diff.comparable and not metric.is_ratio:
         verdict = not_comparable(diff, tol)
     else:
@@ -103,4 +107,4 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
     return MetricResult(test_id=test_id, area=area_of(test_id), metric=metric.name, unit=metric.unit,
                         better=metric.better, tol=tol, gated=gated, summary=summary, verdict=verdict.to_dict(),
                         baseline=base, attempts=attempts,
-                        rerun=f"pytest '{test_id}'", tainted=list(tainted or []))
+                        rerun=f"pytest '{test_id}'", tainted=list(tainted or []), workload=workload)

@@ -272,7 +272,7 @@ def _evaluate(state: _PerfState, rec: PerfRecorder, pooled: bool) -> list[Metric
         r = evaluate(rec.test_id, metric, choice.entry, settings=state.settings, hardware_id=state.hardware_id,
                      samples=rec.pooled(name) if pooled else None, attempts=len(rec.attempts),
                      tainted=None if state.allow_tainted else state.tainted, baseline_id=choice.hardware_id,
-                     fallback=choice.fallback, diff=choice.diff)
+                     fallback=choice.fallback, diff=choice.diff, workload=rec.workload)
         if state.allow_tainted and state.tainted:
             r.tainted = list(state.tainted)  # gated as asked, still labelled (and kept out of refreshes)
         out.append(r)

@@ -174,6 +174,13 @@ def check_baseline_entry(c: Checker, value: Any, key: str) -> None:
         c.string(e.get(name), f"{key}.{name}", optional=True)
     for name in ("software", "spread"):
         c.table(e.get(name), f"{key}.{name}", optional=True)
+    check_workload(c, e.get("workload"), f"{key}.workload")
+
+
+def check_workload(c: Checker, value: Any, key: str) -> None:
+    """PerfRecorder.identify's fields: names to non-empty strings (absent when a test says none)."""
+    for name, v in c.table(value, key, optional=True).items():
+        c.string(v, f"{key}.{name}")
 
 
 def check_baseline_document(c: Checker, doc: dict) -> None:
@@ -213,6 +220,7 @@ def check_result_entry(c: Checker, value: Any, key: str) -> None:
     if "rerun" in r:
         c.string(r["rerun"], f"{key}.rerun")
     c.strings(r.get("tainted"), f"{key}.tainted", optional=True)
+    check_workload(c, r.get("workload"), f"{key}.workload")
 
 
 def check_results_document(c: Checker, doc: dict) -> None:

@@ -17,6 +17,20 @@ class PerfRecorder:
         self.test_id = test_id
         self.attempts: list[dict[str, Metric]] = [{}]
         self.attachments: dict[str, Any] = {}
+        self.workload: dict[str, str] | None = None
+
+    def identify(self, **fields: str) -> None:
+        """Say what was measured beyond what the test id says: the served model, the engine flags.
+
+        The test id names the case (``test_concurrency_sweep[gpu-C=8]``); where the user can swap
+        what runs underneath it (``PERFGATE_SERVING_MODEL``), the identity travels with every
+        metric into the results and the baselines, and a baseline of another workload is
+        ``not-comparable``, never judged: a 7B model is not a 1.1 B model that regressed."""
+        if not fields or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in fields.items()):
+            raise MetricError(f"{self.test_id}: identify() takes non-empty string fields, got {fields!r}")
+        if self.workload is not None and self.workload != fields:
+            raise MetricError(f"{self.test_id}: identified as {self.workload!r} already, now {fields!r}")
+        self.workload = dict(fields)
 
     @property
     def attempt(self) -> int:

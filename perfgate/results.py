@@ -43,19 +43,23 @@ class MetricResult:
     attempts: int = 1
     rerun: str = ""
     tainted: list[str] = field(default_factory=list)
+    workload: dict[str, str] | None = None  # what was measured beyond the test id (PerfRecorder.identify)
 
     def to_dict(self) -> dict:
-        return {"test_id": self.test_id, "area": self.area, "metric": self.metric, "unit": self.unit,
-                "better": self.better, "tol": self.tol, "gated": self.gated, "summary": self.summary.to_dict(),
-                "verdict": self.verdict, "baseline": self.baseline, "attempts": self.attempts,
-                "rerun": self.rerun, "tainted": self.tainted}
+        d = {"test_id": self.test_id, "area": self.area, "metric": self.metric, "unit": self.unit,
+             "better": self.better, "tol": self.tol, "gated": self.gated, "summary": self.summary.to_dict(),
+             "verdict": self.verdict, "baseline": self.baseline, "attempts": self.attempts,
+             "rerun": self.rerun, "tainted": self.tainted}
+        if self.workload:
+            d["workload"] = dict(self.workload)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "MetricResult":
         return cls(test_id=d["test_id"], area=d["area"], metric=d["metric"], unit=d["unit"], better=d["better"],
                    tol=d["tol"], gated=d.get("gated", True), summary=Summary.from_dict(d["summary"]),
                    verdict=d.get("verdict") or {}, baseline=d.get("baseline"), attempts=d.get("attempts", 1),
-                   rerun=d.get("rerun", ""), tainted=d.get("tainted") or [])
+                   rerun=d.get("rerun", ""), tainted=d.get("tainted") or [], workload=d.get("workload") or None)
 
     @property
     def outcome(self) -> str:
@@ -149,7 +153,7 @@ def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, d
                 f"{x.get('when')} commit {x.get('commit')}" for x in runs) + ")"
         entry = BaselineEntry(unit=r.unit, better=r.better, summary=r.summary, tol=r.tol, provenance=provenance,
                               when=doc.get("created"), commit=doc.get("commit"), software=software,
-                              runs=tuple(runs))
+                              runs=tuple(runs), workload=r.workload)
         out.setdefault(r.area, {}).setdefault(r.test_id, {})[r.metric] = entry
     return out
 
@@ -178,6 +182,15 @@ def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False) -
         clean = [c for c in contributions if not c[2].get("tainted")]
         use = contributions if include_tainted or not clean else clean
         first = use[0][2]
+        # A run of another model or engine flags is another baseline, never pooled into this one. A run
+        # from before identities were recorded (no "workload") pools with any: its workload is not
+        # known, refusing it would strand every older run, and the pooled entry keeps the one recorded.
+        workloads = {json.dumps(r["workload"], sort_keys=True): name for _, name, r in use if r.get("workload")}
+        if len(workloads) > 1:
+            raise ResultsError(f"{first['test_id']} {first['metric']}: the runs measured different workloads "
+                               f"({'; '.join(f'{n}: {w}' for w, n in workloads.items())}); pool runs of one "
+                               f"workload (a baseline of another model or engine flags is another baseline)")
+        workload = next((r["workload"] for _, _, r in use if r.get("workload")), None)
         samples = [x for _, _, r in use for x in r["summary"]["samples"]]
         runs = []
         for doc, name, r in use:
@@ -185,7 +198,7 @@ def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False) -
                                               absolute=r["unit"] == "fraction", when=doc.get("created"),
                                               commit=doc.get("commit"), fingerprint=doc.get("fingerprint"),
                                               file=name).to_dict())
-        results.append(dict(first, summary=summarize(samples).to_dict(), runs=runs,
+        results.append(dict(first, summary=summarize(samples).to_dict(), runs=runs, workload=workload,
                             tainted=[t for _, _, r in use for t in (r.get("tainted") or [])],
                             left_out=[c[1] for c in contributions if all(c[2] is not u[2] for u in use)]))
     last = max(docs, key=lambda d: d.get("created") or "")

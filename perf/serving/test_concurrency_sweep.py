@@ -44,6 +44,7 @@ def test_concurrency_sweep(perf, vllm_dense, record_latency, concurrency):
     p = vllm_dense.profile
     if concurrency not in p.concurrency:
         pytest.skip(f"C={concurrency} is not in the {p.name} profile's sweep {p.concurrency}")
+    perf.identify(**vllm_dense.workload)
 
     def repetition(rep: int) -> dict:
         ref = None

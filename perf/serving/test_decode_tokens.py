@@ -22,6 +22,7 @@ ATTEMPTS = 3
 @pytest.mark.parametrize("model_kind", ["dense", "moe"])
 def test_single_stream_decode(perf, request, serving_profile, model_kind):
     t = request.getfixturevalue("vllm_dense" if model_kind == "dense" else "vllm_moe")
+    perf.identify(**t.workload)
     p = t.profile
     reqs = random_requests(t.token_pool, p.decode_requests, p.decode_input_len, p.decode_output_len, seed=8000)
 

@@ -18,6 +18,7 @@ def test_long_prefill_interference(perf, vllm_dense, record_latency):
     """Gates nothing on the CPU machine: every ratio here is record-only in
     baselines/cpu-*/tolerances.toml (run-to-run spread 26 %, starved clients); gated on GPUs."""
     t = vllm_dense
+    perf.identify(**t.workload)
     p = t.profile
     n_decode = 2 * p.decode_streams
     alone, mixed, prefill, raw = [], [], [], []

@@ -28,6 +28,7 @@ def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
     """Gates nothing on the CPU machine: SLO attainment and the rate sweep move by whole requests and
     whole rate steps with scheduler stalls there (record-only in baselines/cpu-*/tolerances.toml)."""
     t = vllm_dense
+    perf.identify(**t.workload)
     p = t.profile
     unloaded = _closed(t, 2 * p.min_requests, 1, seed=3000)
     capacity = _closed(t, p.rate_requests, max(p.concurrency), seed=3001)

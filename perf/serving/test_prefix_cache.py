@@ -33,6 +33,7 @@ def _cold_then_warm(target, reqs, seed):
 def test_prefix_cache_on_vs_off(perf, prefix_cache_servers, record_latency):
     get, side_by_side = prefix_cache_servers
     p = get(True).profile
+    perf.identify(**get(True).workload)  # the "off" server differs only by --no-enable-prefix-caching
     workloads = [shared_prefix_requests(get(True).token_pool, p.prefix_requests, p.num_prefixes, p.prefix_len,
                                         p.suffix_len, p.prefix_output_len, seed=7000 + rep) for rep in range(p.reps)]
     res = {"on": {}, "off": {}}

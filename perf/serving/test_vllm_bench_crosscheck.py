@@ -44,6 +44,7 @@ def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
     """Gates nothing as a metric on the CPU machine: the agreement with `vllm bench serve` is asserted
     on the median over rounds, within the profile's bench_bounds; the gaps are recorded for the report."""
     t = vllm_dense
+    perf.identify(**t.workload)
     p = t.profile
 
     def run_round(rnd: int) -> dict:

@@ -194,6 +194,7 @@ def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float
     software = (last.get("fingerprint") or {}).get("software")
     pooled = results_mod.pool(docs, [f"run{i + 1}" for i in range(len(docs))]) if len(docs) > 1 else None
     runs = {(r["test_id"], r["metric"]): tuple(r.get("runs") or ()) for r in (pooled or {}).get("results", [])}
+    workloads = {(r["test_id"], r["metric"]): r.get("workload") for d in docs for r in d.get("results") or []}
     out: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
     for c in cals:
         if c.proposed is None:
@@ -204,7 +205,8 @@ def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float
         entry = BaselineEntry(unit=c.unit, better=c.better, summary=summarize(c.pooled), tol=c.proposed,
                                 provenance=f"measured: calibrate, pooled over {len(c.run_medians)} runs",
                                 when=last.get("created"), commit=last.get("commit"), software=software,
-                                spread=spread, runs=runs.get((c.test_id, c.metric), ()))
+                                spread=spread, runs=runs.get((c.test_id, c.metric), ()),
+                                workload=workloads.get((c.test_id, c.metric)))
         out.setdefault(area_of(c.test_id), {}).setdefault(c.test_id, {})[c.metric] = entry
     return out
 

@@ -59,10 +59,11 @@ def run(args: argparse.Namespace) -> int:
         if base is not None:
             entry = BaselineEntry(unit=base.unit, better=base.better, summary=base.summary, tol=base.tol,
                                   provenance=f"results file {args.baseline}", when=a.get("created"),
-                                  commit=a.get("commit"), software=(a.get("fingerprint") or {}).get("software"))
+                                  commit=a.get("commit"), software=(a.get("fingerprint") or {}).get("software"),
+                                  workload=base.workload)
         metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, tol=r.tol)
         out.append(evaluate(r.test_id, metric, entry, settings=settings, hardware_id=b["hardware_id"], diff=diff,
-                            baseline_id=a["hardware_id"]))
+                            baseline_id=a["hardware_id"], workload=r.workload))
     software = (b.get("fingerprint") or {}).get("software")
     width = stdout_width()
     title = f"perfgate compare: {_shown(args.current)} vs {_shown(args.baseline)} ({b['hardware_id']})"
