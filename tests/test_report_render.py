@@ -223,6 +223,36 @@ def test_compare_into_a_pipe_its_reader_closed_ends_quietly():
     assert stderr == "", stderr
 
 
+def test_refresh_into_a_pipe_that_closes_writes_all_areas_or_none(tmp_path):
+    """`perfgate refresh --yes RESULTS | head`: a reader that leaves before the writes ends the
+    command before any (SIGPIPE's 141, as any pipeline writer); one that leaves after the first
+    'wrote' line must not stop the other areas' writes half way: they all happen first."""
+    run = RUNS / "ci-114feea-no-crosscheck.json"
+    doc = json.loads(run.read_text())
+    areas = {r["area"] for r in doc["results"]}
+    assert len(areas) > 1
+
+    def refresh(out: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "perfgate.cli", "refresh", str(run), "--yes", "--root",
+                                 str(ROOT), "--baselines", str(out)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=dict(os.environ, COLUMNS="200"), cwd=ROOT)
+
+    def written(out: Path) -> set[str]:
+        return {f.stem for f in (out / doc["hardware_id"]).glob("*.json")}
+
+    early = refresh(tmp_path / "early")
+    early.stdout.close()  # gone before the diff table
+    assert early.wait(60) == 141, early.stderr.read().decode()
+    assert written(tmp_path / "early") == set()
+    late = refresh(tmp_path / "late")
+    for line in late.stdout:
+        if line.startswith(b"wrote "):
+            break
+    late.stdout.close()  # gone after the first 'wrote' line
+    assert late.wait(60) in (0, 141), late.stderr.read().decode()
+    assert written(tmp_path / "late") == areas
+
+
 PROJECT = """
 import os, pytest
 
