@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-ci}
-.venv/bin/python -m pytest tests correctness -p no:cacheprovider -q "$@"
+# --durations: where CI's ~25 minutes go, in every log (the budget is tight)
+.venv/bin/python -m pytest tests correctness -p no:cacheprovider -q --durations=15 "$@"
 .venv/bin/python -m pytest -m cpu perf/ -p no:cacheprovider --perf-save results/ci-perf.json \
-  --perf-markdown results/ci-summary.md "$@"
+  --perf-markdown results/ci-summary.md --durations=15 "$@"
