@@ -10,9 +10,11 @@ unheld write (report plots) was cut short.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 _started: list[str] = []
 _completed: list[str] = []
@@ -74,3 +76,16 @@ def outcome(signum: int) -> tuple[int, str]:
     if _completed:
         return 0, f"perfgate: interrupted after the writes completed ({'; '.join(_completed)})"
     return 128 + signum, "perfgate: interrupted; nothing was written"
+
+
+def say_while_writing(text: str, emit: Callable[[str], object] = print) -> None:
+    """A progress line printed between the writes of one command (``wrote PATH``).
+
+    A reader that leaves (``perfgate refresh --yes R | head``) must not stop the writes half way:
+    on a closed pipe, stdout goes to /dev/null and the writes go on; the exit code then tells
+    that they completed."""
+    try:
+        emit(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -226,7 +226,7 @@ def test_compare_into_a_pipe_its_reader_closed_ends_quietly():
 def test_refresh_into_a_pipe_that_closes_writes_all_areas_or_none(tmp_path):
     """`perfgate refresh --yes RESULTS | head`: a reader that leaves before the writes ends the
     command before any (SIGPIPE's 141, as any pipeline writer); one that leaves after the first
-    'wrote' line must not stop the other areas' writes half way: they all happen first."""
+    'wrote' line must not stop the other areas' writes half way (interrupts.say_while_writing)."""
     run = RUNS / "ci-114feea-no-crosscheck.json"
     doc = json.loads(run.read_text())
     areas = {r["area"] for r in doc["results"]}

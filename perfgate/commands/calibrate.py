@@ -290,10 +290,8 @@ def run(args: argparse.Namespace) -> int:
         if answer not in ("y", "yes"):
             print("not written")
             return 1
-    written = []
     with interrupts.writing(f"the baselines in {store.root / hardware_id}"):
-        for area, area_entries in sorted(by_area.items()):  # nothing printed in here: a closed pipe must not stop it
-            written.append(store.write(hardware_id, area, area_entries, fingerprint=docs[-1].get("fingerprint")))
-    for path in written:
-        print(f"wrote {path}", flush=True)
+        for area, area_entries in sorted(by_area.items()):
+            path = store.write(hardware_id, area, area_entries, fingerprint=docs[-1].get("fingerprint"))
+            interrupts.say_while_writing(f"wrote {path}")
     return 0

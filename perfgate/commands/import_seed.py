@@ -168,10 +168,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         console.print("dry run: nothing written")
         return 0
-    written = []
     with interrupts.writing(f"the imported baselines in {store.root / hw}"):
-        for area, tests in sorted(plan.items()):  # nothing printed in here: a closed pipe must not stop it
-            written.append((store.write(hw, area, tests, fingerprint=seed.fingerprint), tests))
-    for path, tests in written:
-        console.print(f"wrote {sum(len(m) for m in tests.values())} metric(s) to {path}")
+        for area, tests in sorted(plan.items()):
+            path = store.write(hw, area, tests, fingerprint=seed.fingerprint)
+            interrupts.say_while_writing(f"wrote {sum(len(m) for m in tests.values())} metric(s) to {path}",
+                                         console.print)
     return 0

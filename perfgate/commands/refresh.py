@@ -147,13 +147,11 @@ def run(args: argparse.Namespace) -> int:
         if answer not in ("y", "yes"):
             print("not written")
             return 1
-    written = []
     with interrupts.writing(f"the baselines in {store.root / hw}"):  # all areas or, before it starts, none
-        for area, entries in sorted(by_area.items()):  # nothing printed in here: a closed pipe must not stop it
-            written.append(store.write(hw, area, entries, fingerprint=doc.get("fingerprint")))
-    for path in written:
-        print(f"wrote {path}" + (f" (previous kept as {path.name}.prev)" if Path(str(path) + '.prev').exists()
-                                 else ""), flush=True)
+        for area, entries in sorted(by_area.items()):
+            path = store.write(hw, area, entries, fingerprint=doc.get("fingerprint"))
+            interrupts.say_while_writing(f"wrote {path}" + (f" (previous kept as {path.name}.prev)"
+                                                            if Path(str(path) + '.prev').exists() else ""))
     return 0
 
 
