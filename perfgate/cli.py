@@ -11,7 +11,6 @@ never left half done.
 """
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
@@ -93,11 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     except BrokenPipeError:
         # The reader left early (`perfgate compare A B | head`): it has what it wanted. End as a
-        # pipeline's writer does, quietly, with SIGPIPE's exit status; stdout goes to /dev/null so
-        # the interpreter's last flush cannot print a traceback (Python's docs, "Note on SIGPIPE").
+        # pipeline's writer does, quietly, with SIGPIPE's exit status.
         if old:
             _ignore_signals()
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        interrupts.stdout_to_devnull()
         return 128 + signal.SIGPIPE
     except (ValueError, OSError) as exc:  # our errors carry the file and the fix
         if old:

@@ -103,11 +103,16 @@ def other_workload(base: dict | None, here: dict | None, tol: float) -> Verdict 
     """The verdict of any metric whose baseline identified another workload (PerfRecorder.identify),
     ratios included: a ratio of another model is another number. None when both say the same, or
     either says nothing (a baseline from before identities were recorded is judged as it was)."""
+    changed = workload_changes(base, here)
+    return Verdict(Outcome.NOT_COMPARABLE, None, tol, None, f"{WORKLOAD_NOTE}: {changed}") if changed else None
+
+
+def workload_changes(base: dict | None, here: dict | None) -> str:
+    """``model: A (baseline) -> B (here); ...``, or '' when both say the same or either says nothing."""
     if not base or not here or base == here:
-        return None
-    changed = [f"{k}: {base.get(k, '(none)')} (baseline) -> {here.get(k, '(none)')} (here)"
-               for k in sorted(set(base) | set(here)) if base.get(k) != here.get(k)]
-    return Verdict(Outcome.NOT_COMPARABLE, None, tol, None, f"{WORKLOAD_NOTE}: " + "; ".join(changed))
+        return ""
+    return "; ".join(f"{k}: {base.get(k, '(none)')} (baseline) -> {here.get(k, '(none)')} (here)"
+                     for k in sorted(set(base) | set(here)) if base.get(k) != here.get(k))
 
 
 def not_comparable(diff: FingerprintDiff, tol: float) -> Verdict:

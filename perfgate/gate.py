@@ -74,8 +74,8 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
     absolute = metric.family == "fraction"
     if entry is None:
         verdict = decide(None, values, better=metric.better, tol=tol, absolute_tol=absolute)
-    elif other_workload(entry.workload, workload, tol) is not None:
-        verdict = other_workload(entry.workload, workload, tol)
+    elif (moved := other_workload(entry.workload, workload, tol)) is not None:
+        verdict = moved
     elif diff is not None and not diff.comparable and not metric.is_ratio:
         verdict = not_comparable(diff, tol)
     else:

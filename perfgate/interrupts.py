@@ -88,4 +88,10 @@ def say_while_writing(text: str, emit: Callable[[str], object] = print) -> None:
         emit(text)
         sys.stdout.flush()
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_devnull()
+
+
+def stdout_to_devnull() -> None:
+    """After a closed pipe: later writes and the interpreter's last flush go nowhere, quietly
+    (Python's docs, "Note on SIGPIPE")."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -20,7 +20,7 @@ from pathlib import Path
 from perfgate import interrupts, mutations, results as results_mod, run_noise
 from perfgate.baselines import BaselineStore
 from perfgate.config import load_settings
-from perfgate.fingerprint_check import WORKLOAD_NOTE, compare as compare_fingerprints, other_workload
+from perfgate.fingerprint_check import compare as compare_fingerprints, workload_changes
 from perfgate.run_report import fmt_number, short_id
 from perfgate.textable import Column, render, stdout_width, wrap_words
 
@@ -110,13 +110,13 @@ def run(args: argparse.Namespace) -> int:
         old = store.load(hw, area)
         old_doc = store.document(hw, area)
         rows, provenances = [], []
-        workload_changes: dict[str, set[str]] = {}  # what changed -> tests
+        changed_workloads: dict[str, set[str]] = {}  # what changed -> tests
         for test, metrics in sorted(entries.items()):
             for name, new in sorted(metrics.items()):
                 prev = old.get(test, {}).get(name)
-                moved = other_workload(prev.workload if prev else None, new.workload, 0.0)
-                if moved is not None:
-                    workload_changes.setdefault(moved.explanation, set()).add(short_id(test))
+                moved = workload_changes(prev.workload if prev else None, new.workload)
+                if moved:
+                    changed_workloads.setdefault(moved, set()).add(short_id(test))
                 change = "new"
                 if prev is not None and prev.summary.median:
                     change = f"{(new.summary.median / prev.summary.median - 1) * 100:+.1f}%"
@@ -134,9 +134,9 @@ def run(args: argparse.Namespace) -> int:
             moved = compare_fingerprints(old_doc["fingerprint"], doc.get("fingerprint") or {}).relevant
             if moved:
                 say(f"  the old numbers were measured on a machine that differs in: {'; '.join(moved)}")
-        for why, tests in sorted(workload_changes.items()):
+        for moved, tests in sorted(changed_workloads.items()):
             say(f"  the old numbers of {len(tests)} test(s) ({', '.join(sorted(tests))}) measured another "
-                f"workload: {why.removeprefix(WORKLOAD_NOTE + ': ')}")
+                f"workload: {moved}")
     say(f"  new software: {_software_line((doc.get('fingerprint') or {}).get('software'))}; "
         f"commit {doc.get('commit')}, measured {doc.get('created')}")
     if not args.yes:

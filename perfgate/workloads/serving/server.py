@@ -83,14 +83,7 @@ LOG_SCAN_BYTES = 4 << 20
 
 def log_cause(path: Path) -> str:
     """The first line of the log (its last 4 MiB) that names a fatal condition, or ''."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, fh.tell() - LOG_SCAN_BYTES))
-            text = fh.read().decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""
-    for line in text.splitlines():
+    for line in _log_end(path, LOG_SCAN_BYTES).splitlines():
         if FATAL_LINE.search(line):
             line = line.strip()
             return line if len(line) <= 300 else line[:297] + "..."
@@ -158,15 +151,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def log_tail(path: Path, lines: int = 60) -> str:
     """Last lines of a log file ('' if it does not exist)."""
+    return "\n".join(_log_end(path, 64 * 1024).splitlines()[-lines:])
+
+
+def _log_end(path: Path, nbytes: int) -> str:
+    """The last ``nbytes`` of a log as text ('' if it does not exist)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 64 * 1024))
-            text = fh.read().decode("utf-8", "replace")
+            fh.seek(max(0, fh.tell() - nbytes))
+            return fh.read().decode("utf-8", "replace")
     except FileNotFoundError:
         return ""
-    return "\n".join(text.splitlines()[-lines:])
 
 
 def start_job(argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path,
