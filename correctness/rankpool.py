@@ -1,7 +1,7 @@
 """A warm group of gloo ranks that runs property-test cases one at a time.
 
 Why: hypothesis runs tens of examples per property, and shrinking a failure runs hundreds
-more. A fresh :func:`perfgate.launch.launch` costs seconds on a small machine; a case on a
+more. A fresh :func:`perfgate.launch.jobs.launch` costs seconds on a small machine; a case on a
 warm group costs milliseconds. The group stays real: separate processes started by the
 launcher, a real gloo process group, cases and results passed as files in a spool folder.
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfgate.launch_core import kill_process_groups, resolve_target, write_pickle_atomic
+from perfgate.launch.core import kill_process_groups, resolve_target, write_pickle_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _POLL_FAST_S = 0.0005
@@ -99,7 +99,7 @@ class RankPool:
     def _start(self) -> None:
         import tempfile
 
-        from perfgate.launch import launch
+        from perfgate.launch.jobs import launch
 
         self._spool = Path(tempfile.mkdtemp(prefix=f"perfgate-pool{self.world_size}-"))
         self._n = 0
@@ -208,7 +208,7 @@ def backend_for(world_size: int, choice: str | None = None) -> str:
         raise ValueError(f"CORRECTNESS_BACKEND must be auto, gloo or nccl, got {choice!r}")
     if choice == "gloo":
         return "gloo"
-    from perfgate.hardware import gpu_count
+    from perfgate.machine.hardware import gpu_count
 
     gpus = gpu_count()
     if gpus >= world_size:

@@ -16,33 +16,31 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import os
 import re
 import signal
 import threading
-import time
-from pathlib import Path
 
 import pytest
 
-from perfgate import hardware, interrupts, mutations, outcomes, results as results_mod, run_report as report
-from perfgate.baseline_choice import BaselineChooser, report_notes, tolerances_id
-from perfgate.baselines import BaselineError, BaselineStore
-from perfgate.config import GATE_MODES, ConfigError, load_settings
-from perfgate.gate import evaluate
-from perfgate.hardware_id import HardwareIdError, check_hardware_id
-from perfgate.markers import MARKERS, missing_requirements
-from perfgate.progress import SweepProgress
-from perfgate.readers import ReadError
+from perfgate.judge.config import GATE_MODES, ConfigError
+from perfgate.judge.gate import evaluate
+from perfgate.judge.verdict import Outcome, fails
+from perfgate.machine import hardware
+from perfgate.machine.hardware_id import HardwareIdError
+from perfgate.machine.markers import MARKERS, missing_requirements
 from perfgate.recorder import PerfRecorder
+from perfgate.report import outputs, run_report
+from perfgate.report.textable import resolve_width
 from perfgate.runcache import RunCache
-from perfgate.results import MetricResult
-from perfgate.safe_paths import PathError
-from perfgate.textable import resolve_width
-from perfgate.verdict import Outcome, fails
+from perfgate.session import WORKER_KEY, PerfState, check_mutations, preflight_enabled
+from perfgate.store import interrupts
+from perfgate.store.baselines import BaselineError
+from perfgate.store.readers import ReadError
+from perfgate.store.results import MetricResult
+from perfgate.store.safe_paths import PathError
 
-_STATE = pytest.StashKey["_PerfState"]()
-_PROP = "perfgate.results"
+_STATE = pytest.StashKey[PerfState]()
+_PROP = "perfgate.store.results"
 _ATTACH = "perfgate.attachments"
 _PERF_TEST = "perfgate.perf_test"  # marks a test that uses the perf fixture, for the controller
 _RESULTS = pytest.StashKey[list]()
@@ -61,7 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-retries", type=int, metavar="N", help="re-measure a suspected regression up to N times")
     g.addoption("--perf-strict", action="store_true", help="fail on 'noisy' verdicts too")
     g.addoption("--perf-markdown", metavar="PATH", help="write a Markdown summary (for CI job summaries)")
-    g.addoption("--perf-table", choices=report.TABLE_CHOICES, default="attention",
+    g.addoption("--perf-table", choices=run_report.TABLE_CHOICES, default="attention",
                 help="which rows the terminal report lists: attention (default: regression, noisy, new, "
                      "improved, tainted), all (every metric), off (verdict and per-area counts only)")
     g.addoption("--perf-gate", choices=GATE_MODES,
@@ -73,7 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-allow-tainted", action="store_true",
                 help="gate metrics even when the preflight check found the machine busy or throttled")
     g.addoption("--perf-preflight", choices=("auto", "on", "off"), default="auto",
-                help="check the machine is quiet before measuring (perfgate.preflight); results of a busy "
+                help="check the machine is quiet before measuring (perfgate.machine.preflight); results of a busy "
                      "machine are labelled tainted and not gated. auto: on for GPU hardware ids")
     g.addoption("--perf-progress", type=_progress_interval, default=30.0, metavar="SECONDS",
                 help="print a progress line with the estimated time left at most every SECONDS "
@@ -89,105 +87,22 @@ def _progress_interval(text: str) -> float | None:
     return value
 
 
-_WORKER_KEY = "perfgate"  # what the xdist controller hands its workers in workerinput
-
-
-class _PerfState:
-    def __init__(self, config: pytest.Config):
-        opt = config.getoption
-        baselines_dir = Path(opt("--perf-baselines")).resolve() if opt("--perf-baselines") else None
-        self.hardware_id = _hardware_id(opt("--perf-hardware-id"))
-        self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)
-        tol_id = tolerances_id(self.settings.baselines, self.hardware_id)  # this id's, else its family's
-        if tol_id != self.hardware_id:
-            self.settings = load_settings(Path(config.rootpath), baselines_dir, tol_id)
-        if opt("--perf-retries") is not None:
-            if opt("--perf-retries") < 0:
-                raise ConfigError("--perf-retries must be >= 0")
-            self.settings.retries = opt("--perf-retries")
-        if opt("--perf-gate"):
-            self.settings.gate = opt("--perf-gate")
-        budget = opt("--perf-budget")
-        if budget is not None and budget <= 0:
-            raise ConfigError(f"--perf-budget must be a positive number of minutes, got {budget}")
-        self.budget_s = budget * 60 if budget else None
-        # Wall clock, so that xdist workers can count the budget from the controller's start.
-        self.started_wall = time.time()
-        self.strict = bool(opt("--perf-strict"))
-        self.allow_tainted = bool(opt("--perf-allow-tainted"))
-        self.store = BaselineStore(self.settings.baselines)
-        self.chooser = BaselineChooser(self.store, self.hardware_id, hardware.fingerprint)
-        self._check_baselines()
-        self.results: list[MetricResult] = []
-        self.attachments: dict[str, dict] = {}
-        self.skipped_by_budget: list[str] = []
-        self.interrupted = False
-        self.tainted: list[str] = []
-        self.progress = SweepProgress(budget_s=self.budget_s)
-        self.refresh_note: str | None = None
-        self.refresh_failed = False  # --perf-refresh wrote nothing (or stopped): the session must not pass
-        self.save_note: str | None = None
-        self.old_sigterm = None
-        self.runs = RunCache()
-
-    def _check_baselines(self) -> None:
-        """Read every baseline file of this hardware id (and of its family, whose ratios it may
-        use) now: a truncated or foreign file stops the session with its path and the fix, before
-        anything is measured or overwritten."""
-        for hw in [self.hardware_id] + self.chooser.family():
-            folder = self.store.root / hw
-            if folder.is_dir():
-                for path in sorted(folder.glob("*.json")):
-                    self.store.load(hw, path.stem)
-
-    def spent_s(self) -> float:
-        return time.time() - self.started_wall
-
-    def baseline(self, test_id: str, metric: str, *, ratio: bool = False):
-        return self.chooser.choose(test_id, metric, ratio=ratio)
-
-
-def _hardware_id(option: str | None) -> str:
-    """The id this session measures under, checked with where it came from (it names a folder)."""
-    if option is not None:
-        return check_hardware_id(option, source="--perf-hardware-id")
-    if os.environ.get("PERFGATE_HARDWARE_ID"):
-        return check_hardware_id(os.environ["PERFGATE_HARDWARE_ID"], source="PERFGATE_HARDWARE_ID")
-    return check_hardware_id(hardware.hardware_id(), source="detected hardware id (perfgate fingerprint)")
-
-
-def _check_mutations(config: pytest.Config) -> None:
-    """A planted test bug (perfgate.mutations) must never become a baseline."""
-    try:
-        names = mutations.active_names()
-    except mutations.MutationError as exc:
-        raise pytest.UsageError(f"perfgate: {exc}") from None
-    if names and config.getoption("--perf-refresh"):
-        raise pytest.UsageError(f"perfgate: --perf-refresh refused: {mutations.ENV}={','.join(names)} plants "
-                                f"performance bugs; unset it to refresh baselines")
-
-
-def _preflight_enabled(config: pytest.Config, hardware_id: str) -> bool:
-    mode = config.getoption("--perf-preflight")
-    return mode == "on" or (mode == "auto" and not hardware_id.startswith("cpu-"))
-
-
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     worker = hasattr(config, "workerinput")
     try:
-        state = config.stash[_STATE] = _PerfState(config)
+        state = config.stash[_STATE] = PerfState(config)
     except (ConfigError, BaselineError, ReadError, HardwareIdError, PathError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    _check_mutations(config)
+    check_mutations(config)
     if worker:
-        handed = config.workerinput.get(_WORKER_KEY) or {}
+        handed = config.workerinput.get(WORKER_KEY) or {}
         state.started_wall = handed.get("started_wall", state.started_wall)
         state.tainted = list(handed.get("tainted", []))
         return
-    if _preflight_enabled(config, state.hardware_id):
-        from perfgate import preflight
+    if preflight_enabled(config, state.hardware_id):
+        from perfgate.machine import preflight
 
         state.tainted = list(preflight.taint_reasons())
     if threading.current_thread() is threading.main_thread():
@@ -210,7 +125,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_configure_node(node) -> None:
     """xdist: workers count the budget from the controller's start and share its taint verdict."""
     state = node.config.stash[_STATE]
-    node.workerinput[_WORKER_KEY] = {"started_wall": state.started_wall, "tainted": state.tainted}
+    node.workerinput[WORKER_KEY] = {"started_wall": state.started_wall, "tainted": state.tainted}
 
 
 _UNKNOWN_MARKER = re.compile(r"'([^']+)' not found in `markers` configuration option")
@@ -265,7 +180,7 @@ def runs(request: pytest.FixtureRequest) -> RunCache:
     return request.config.stash[_STATE].runs
 
 
-def _evaluate(state: _PerfState, rec: PerfRecorder, pooled: bool) -> list[MetricResult]:
+def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool) -> list[MetricResult]:
     out = []
     for name, metric in rec.metrics.items():
         choice = state.baseline(rec.test_id, name, ratio=metric.is_ratio)
@@ -293,7 +208,7 @@ def pytest_runtest_call(item: pytest.Item):
         state.runs.begin(None)
 
 
-def _judge(item: pytest.Item, state: _PerfState):
+def _judge(item: pytest.Item, state: PerfState):
     result = yield
     rec = getattr(item, "funcargs", {}).get("perf")
     if not isinstance(rec, PerfRecorder) or not rec.metrics:
@@ -315,7 +230,7 @@ def _judge(item: pytest.Item, state: _PerfState):
     failing = [r for r in evaluated if r.gated and fails(Outcome(r.outcome), strict=state.strict)]
     if failing:
         software = hardware.fingerprint()["software"]
-        lines = [report.regression_line(r, software) for r in failing]
+        lines = [run_report.regression_line(r, software) for r in failing]
         raise PerfRegression("performance regression:\n" + "\n".join(lines))
     return result
 
@@ -361,7 +276,7 @@ def _collect(config: pytest.Config, report) -> None:
             state.skipped_by_budget.append(report.nodeid)
 
 
-def _maybe_print_progress(config: pytest.Config, state: _PerfState) -> None:
+def _maybe_print_progress(config: pytest.Config, state: PerfState) -> None:
     interval = config.getoption("--perf-progress")
     if interval is None or config.get_verbosity() < -1 or not state.progress.due(interval):
         return
@@ -400,17 +315,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.config.pluginmanager.register(_Collector(session.config), "perfgate-collector")
 
 
-def _document(config: pytest.Config) -> dict:
-    state = config.stash[_STATE]
-    doc = results_mod.make_document(
-        state.results, hardware_id=state.hardware_id, fingerprint=hardware.fingerprint(),
-        commit=results_mod.git_commit(Path(config.rootpath)), attachments=state.attachments,
-        interrupted=state.interrupted, skipped_by_budget=state.skipped_by_budget)
-    if mutations.active_names():
-        doc[mutations.RESULTS_KEY] = {"names": list(mutations.active_names()), "note": mutations.note()}
-    return doc
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
@@ -428,7 +332,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             _refresh_failed(session)
         return
     with interrupts.held_signals() as held:
-        _write_outputs(config, state)
+        outputs.write_outputs(config, state)
     if held:
         note = f"signal {', '.join(map(str, held))} arrived while results were being written; they were completed first"
         state.save_note = f"{state.save_note}; {note}" if state.save_note else note
@@ -440,71 +344,6 @@ def _refresh_failed(session: pytest.Session) -> None:
     """A refresh that wrote nothing must not look like a green run in CI."""
     if session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _nothing_refreshed(config: pytest.Config, state: _PerfState) -> str:
-    """Why --perf-refresh had no metric to write, and what to do about it."""
-    tainted = [r for r in state.results if r.tainted]
-    if not tainted:
-        return "perfgate: --perf-refresh wrote nothing: no metric was recorded"
-    reasons = "; ".join(sorted({t for r in tainted for t in r.tainted}))
-    why = f"perfgate: --perf-refresh wrote nothing: all {len(tainted)} metric(s) are tainted ({reasons}), and " \
-          f"tainted results never become baselines"
-    if (config.getoption("--perf-preflight") == "auto" and not state.hardware_id.startswith("cpu-")
-            and hardware.gpu_count() == 0):
-        return (f"{why}. The preflight check ran because hardware id {state.hardware_id!r} does not start with "
-                f"'cpu-' (--perf-preflight auto treats it as a GPU machine), but this machine has no GPU: pass "
-                f"--perf-preflight off, or a hardware id starting with 'cpu-'")
-    return f"{why}; re-run on a quiet machine, or pass --perf-preflight off to skip the check"
-
-
-def _write_outputs(config: pytest.Config, state: _PerfState) -> None:
-    doc = _document(config)
-    doc["summary"] = outcomes.summary(state.results)  # counts, gated apart from recorded-only
-    if config.getoption("--perf-save"):
-        results_mod.save(Path(config.getoption("--perf-save")), doc)
-        if doc["interrupted"]:
-            state.save_note = (f"run interrupted: results of the {len({r.test_id for r in state.results})} "
-                               f"finished test(s) saved to {config.getoption('--perf-save')} "
-                               f"(marked \"interrupted\": true)")
-    if config.getoption("--perf-history"):
-        hist = Path(config.getoption("--perf-history"))
-        stamp = doc["created"].replace(":", "").replace("+0000", "Z")
-        results_mod.save(hist / f"{stamp}-{doc['commit'] or 'nocommit'}.json", doc)
-    if config.getoption("--perf-markdown"):
-        md = report.markdown(state.results, hardware_id=state.hardware_id, commit=doc["commit"],
-                             current_software=doc["fingerprint"]["software"],
-                             skipped_by_budget=state.skipped_by_budget, notes=_report_notes(state))
-        Path(config.getoption("--perf-markdown")).parent.mkdir(parents=True, exist_ok=True)
-        Path(config.getoption("--perf-markdown")).write_text(md)
-    if config.getoption("--perf-refresh"):
-        if doc["interrupted"]:
-            state.refresh_note = "run was interrupted: baselines NOT refreshed (re-run to completion)"
-        elif not results_mod.baseline_entries(doc):
-            state.refresh_note = _nothing_refreshed(config, state)
-            state.refresh_failed = True
-        else:
-            written = []
-            try:
-                for area, entries in results_mod.baseline_entries(doc).items():
-                    written.append(state.store.write(state.hardware_id, area, entries, fingerprint=doc["fingerprint"]))
-            except ValueError as exc:  # a test folder that cannot name a baseline file, a link out of the tree
-                state.refresh_note = f"perfgate: --perf-refresh stopped: {exc}" + (
-                    f" (already written: {', '.join(map(str, written))})" if written else " (nothing written)")
-                state.refresh_failed = True
-                return
-            state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
-
-
-def _report_notes(state: _PerfState) -> list[str]:
-    """What qualifies the run's verdict (a busy machine), said right under it."""
-    notes = []
-    if state.tainted:
-        gate_note = "gated anyway (--perf-allow-tainted)" if state.allow_tainted else \
-            "not gated (--perf-allow-tainted to gate anyway)"
-        notes.append(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted))
-    notes.extend(report_notes(state.results, state.hardware_id))  # fallback baselines, fingerprint changes
-    return notes
 
 
 _MARKUP = {"regression": {"red": True, "bold": True}, "noisy": {"yellow": True}, "improved": {"cyan": True},
@@ -522,9 +361,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         return
     tr = terminalreporter
     tr.section("perfgate")
-    lines = report.terminal_lines(state.results, hardware_id=state.hardware_id,
+    lines = run_report.terminal_lines(state.results, hardware_id=state.hardware_id,
                                   width=resolve_width(isatty=bool(tr.isatty()), tty_width=tr._tw.fullwidth),
-                                  table=config.getoption("--perf-table"), notes=_report_notes(state),
+                                  table=config.getoption("--perf-table"), notes=outputs.report_notes(state),
                                   full_table_at=config.getoption("--perf-markdown"),
                                   current_software=hardware.fingerprint()["software"],
                                   baselines_at=str(state.settings.baselines / state.hardware_id))

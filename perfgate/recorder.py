@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any, Callable, Sequence
 
-from perfgate.metrics import Metric, MetricError, summarize
+from perfgate.judge.metrics import Metric, MetricError, summarize
 
 
 class PerfRecorder:

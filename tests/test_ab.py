@@ -1,7 +1,7 @@
 """`perfgate ab`: the paired-ratio arithmetic (property tests) and real A/B runs on gloo.
 
 The end-to-end tests run real pytest subprocesses of a one-size gloo all_reduce (the real
-collectives workload through perfgate.launch, two ranks) under A = unchanged and B = the
+collectives workload through perfgate.launch.jobs, two ranks) under A = unchanged and B = the
 test-only fractional slowdown knob, and under A = A.
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfgate import ab_stats as ab
+from perfgate.judge import ab_stats as ab
 from perfgate.cli import main
-from perfgate.verdict import Outcome
+from perfgate.judge.verdict import Outcome
 
 medians = st.lists(st.floats(min_value=1e-3, max_value=1e6, allow_nan=False), min_size=3, max_size=12)
 
@@ -120,7 +120,7 @@ def test_cli_refuses_bad_options(capsys):
 
 
 GLOO_TEST = textwrap.dedent('''
-    from perfgate.launch import launch
+    from perfgate.launch.jobs import launch
     from perfgate.workloads.collectives import CollectiveSpec
 
     def test_all_reduce_1mib(perf):
@@ -176,8 +176,8 @@ def test_ab_of_a_against_itself_is_no_regression(gloo_project, monkeypatch):
 
 def test_power_tallies_regressions_per_metric_and_condition():
     from perfgate.commands import power
-    from perfgate.metrics import summarize
-    from perfgate.results import MetricResult
+    from perfgate.judge.metrics import summarize
+    from perfgate.store.results import MetricResult
 
     def res(outcome, change):
         return MetricResult(test_id="perf/a/t.py::t", area="a", metric="time_us", unit="us", better="lower",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.metrics import MetricError, paired_ratio, paired_saving
+from perfgate.judge.metrics import MetricError, paired_ratio, paired_saving
 from perfgate.workloads import collectives, pipeline, serving, training
 from perfgate.workloads.serving.starvation import STARVED_MS, starved, unstarved_runs
 

@@ -6,8 +6,8 @@ import multiprocessing
 
 import pytest
 
-from perfgate.baselines import BaselineEntry, BaselineError, BaselineStore
-from perfgate.metrics import summarize
+from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
+from perfgate.judge.metrics import summarize
 
 HW = "cpu-Test-2c"
 

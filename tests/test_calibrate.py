@@ -13,12 +13,12 @@ import textwrap
 import pytest
 from scipy.stats import norm
 
-from perfgate import results as results_mod
+from perfgate.store import results as results_mod
 from perfgate.cli import main
 from perfgate.commands import calibrate as cal
-from perfgate.config import Settings
-from perfgate.metrics import summarize
-from perfgate.results import MetricResult
+from perfgate.judge.config import Settings
+from perfgate.judge.metrics import summarize
+from perfgate.store.results import MetricResult
 
 
 def test_robust_spread_is_scaled_mad_over_median():

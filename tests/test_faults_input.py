@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import perfgate.preflight  # noqa: F401  (imported here so that in-process pytester runs keep psutil loaded)
-from perfgate.baselines import BaselineEntry, BaselineStore
-from perfgate.metrics import summarize
-from perfgate.results import make_document
+import perfgate.machine.preflight  # noqa: F401  (imported here so that in-process pytester runs keep psutil loaded)
+from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge.metrics import summarize
+from perfgate.store.results import make_document
 
 HW = "cpu-Test-2c"
 HWOPT = f"--perf-hardware-id={HW}"
@@ -179,7 +179,7 @@ def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def results_file(path: Path, hardware_id: str, median: float = 1.0) -> Path:
-    from perfgate.results import MetricResult
+    from perfgate.store.results import MetricResult
 
     r = MetricResult(test_id="test_x.py::test_ratio", area="test_project", metric="speedup", unit="x",
                      better="higher", tol=0.1, gated=True, summary=summarize([median * k for k in (1, 1.01, 0.99, 1, 1)]),
@@ -249,7 +249,7 @@ def start_detached_burners(n: int) -> list[int]:
 
 def test_busy_machine_taints_results_which_are_then_not_gated(pytester, monkeypatch):
     # Two real CPU burners that are not the session's own processes: the preflight check
-    # (perfgate/preflight.py) must see them, label the results tainted, and not fail on them.
+    # (perfgate/machine/preflight.py) must see them, label the results tainted, and not fail on them.
     pytester.makepyfile(test_r="""
 import os, pytest
 @pytest.mark.cpu

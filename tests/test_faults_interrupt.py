@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.baselines import BaselineEntry, BaselineStore
-from perfgate.metrics import summarize
-from perfgate.results import MetricResult, make_document
+from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge.metrics import summarize
+from perfgate.store.results import MetricResult, make_document
 from test_faults_launch import leftovers, report_row
 
 HERE = Path(__file__).resolve().parent
@@ -54,7 +54,7 @@ def entry(median: float) -> BaselineEntry:
 SESSION = """
 import os, pytest
 from pathlib import Path
-from perfgate.launch import launch
+from perfgate.launch.jobs import launch
 
 @pytest.mark.cpu
 @pytest.mark.parametrize("i", range(3))
@@ -126,7 +126,7 @@ def test_launcher_killed_with_sigkill_takes_its_ranks_along(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(HERE)!r})
-        from perfgate.launch import launch
+        from perfgate.launch.jobs import launch
         launch("test_faults_launch:allreduce_steps", {{"pid_dir": {str(tmp_path)!r}, "steps": 10**9}},
                world_size=2, timeout_s=300, env={{"PYTHONPATH": {RANK_PYTHONPATH!r}, "PERFGATE_TEST_FAULT": "hang@1:step 3"}})
     """))
@@ -170,7 +170,7 @@ def refresh_cmd(results: Path, root: Path) -> list[str]:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_during_refresh_completes_the_write_and_exits_0(tmp_path, sig):
-    # `perfgate refresh` holds signals while it writes (perfgate.interrupts): a signal after the
+    # `perfgate refresh` holds signals while it writes (perfgate.store.interrupts): a signal after the
     # first area is written waits until every area is complete, and the exit code says the
     # write completed (0), with one line saying the signal waited. Never some areas new, some old.
     store = BaselineStore(tmp_path / "baselines")
@@ -255,7 +255,7 @@ def test_a_second_signal_while_results_are_written_does_not_lose_them(pytester):
     # from inside the results writer, i.e. after the run, while the file is being written.
     pytester.makeconftest("""
 import os, signal, time
-import perfgate.results as results
+import perfgate.store.results as results
 
 _save = results.save
 

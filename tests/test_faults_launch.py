@@ -1,7 +1,7 @@
 """The launcher under real faults: a rank that raises, exits, is killed, or hangs in a collective.
 
 Every fault is real: ranks are real subprocesses in a real gloo process group, the fault
-is injected through the test-only knob ``PERFGATE_TEST_FAULT`` (perfgate/faults.py) into a
+is injected through the test-only knob ``PERFGATE_TEST_FAULT`` (perfgate/launch/faults.py) into a
 rank doing real all_reduce steps, and a killed rank gets a real SIGKILL. Each rank also
 starts a helper child (as a dataloader or a compile worker would) and writes every PID to a
 file, so the test can check that no process of the job outlives it.
@@ -19,9 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from perfgate.faults import FAULT_ENV, Fault
-from perfgate.launch import LaunchError, WorkerFailure, WorkerTimeout, launch
-from perfgate.stacks import stack_collective
+from perfgate.launch.faults import FAULT_ENV, Fault
+from perfgate.launch.jobs import LaunchError, WorkerFailure, WorkerTimeout, launch
+from perfgate.launch.stacks import stack_collective
 
 HERE = Path(__file__).resolve().parent
 TARGET = "test_faults_launch:allreduce_steps"  # this module, imported by the ranks via PYTHONPATH
@@ -188,15 +188,15 @@ def test_fault_knob_is_validated_before_any_rank_starts():
 def test_stack_collective_reads_faulthandler_dumps():
     dump = (
         "Thread 0x00007f0000000001 (most recent call first):\n"  # the parent-watch thread
-        '  File "/w/perfgate/launch_worker.py", line 46 in watch\n'
+        '  File "/w/perfgate/launch/worker.py", line 46 in watch\n'
         '  File "/x/threading.py", line 982 in run\n'
         "\n"
         "Current thread 0x00007fd6949bdb80 (most recent call first):\n"
         '  File "/v/torch/distributed/distributed_c10d.py", line 4800 in barrier\n'
         '  File "/v/torch/distributed/c10d_logger.py", line 83 in wrapper\n'
         '  File "/w/perfgate/workloads/collectives.py", line 196 in _measure_size\n'
-        '  File "/w/perfgate/launch_worker.py", line 61 in main\n'
-        '  File "/w/perfgate/launch_worker.py", line 105 in <module>\n'
+        '  File "/w/perfgate/launch/worker.py", line 61 in main\n'
+        '  File "/w/perfgate/launch/worker.py", line 105 in <module>\n'
         '  File "<frozen runpy>", line 88 in _run_code\n'
     )
     assert stack_collective(dump) == "barrier (distributed_c10d.py:4800)"
@@ -279,8 +279,8 @@ os.kill(pid, signal.SIGCONT)
 
 
 def test_hang_budget_comes_from_the_expected_duration():
-    from perfgate.launch import WorkLimit
-    from perfgate.liveness import expected_duration, hang_budget_s
+    from perfgate.launch.jobs import WorkLimit
+    from perfgate.launch.liveness import expected_duration, hang_budget_s
 
     assert hang_budget_s(1.0) == 30.0 and hang_budget_s(40.0) == 120.0
     assert WorkLimit.of(600, None) == WorkLimit(600)  # unknown work: the caller's timeout
@@ -302,7 +302,7 @@ def _rank_processes(root: psutil.Process) -> dict[int, psutil.Process]:
     ranks = {}
     for child in root.children(recursive=True):
         try:
-            if "perfgate.launch_worker" in " ".join(child.cmdline()):
+            if "perfgate.launch.worker" in " ".join(child.cmdline()):
                 ranks[int(child.environ()["RANK"])] = child
         except (psutil.Error, KeyError, ValueError):
             continue
@@ -364,7 +364,7 @@ def test_sigstopped_rank_fails_the_collectives_test_within_60_s(tmp_path):
 
 def test_heartbeat_watch_tells_frozen_from_busy_and_beating(tmp_path):
     """Real processes: one asleep without a heartbeat (frozen), one burning CPU (busy), one beating."""
-    from perfgate.liveness import HeartbeatWatch
+    from perfgate.launch.liveness import HeartbeatWatch
 
     beating = f"import os, time\nwhile True:\n    os.utime({str(tmp_path / 'p2')!r}); time.sleep(0.2)"
     procs = [subprocess.Popen(["sleep", "60"]),

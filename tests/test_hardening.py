@@ -2,9 +2,9 @@
 one clear line and a non-zero exit (or exit 0 for a complete write), nothing is written
 outside baselines/, nothing is damaged.
 
-1. Hardware ids and area names are checked wherever they come in (perfgate.hardware_id,
-   perfgate.safe_paths): options, the environment, results files, baseline folders.
-2. Every file goes through perfgate.readers: property tests feed random bytes and random
+1. Hardware ids and area names are checked wherever they come in (perfgate.machine.hardware_id,
+   perfgate.store.safe_paths): options, the environment, results files, baseline folders.
+2. Every file goes through perfgate.store.readers: property tests feed random bytes and random
    JSON/TOML shapes to each reader entry point and to the commands behind them.
 3. `perfgate` handles SIGINT/SIGTERM from its first line (real subprocesses, real signals).
 4. A refresh that writes nothing says why and exits non-zero.
@@ -31,15 +31,18 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-import perfgate.preflight  # noqa: F401  (in-process pytester runs keep psutil loaded)
-from perfgate import cli, hardware, results as results_mod, trends
-from perfgate.baselines import BaselineEntry, BaselineError, BaselineStore
-from perfgate.config import ConfigError, Settings, load_settings
-from perfgate.gate import evaluate
-from perfgate.hardware_id import HARDWARE_ID_PATTERN, HardwareIdError, check_hardware_id
-from perfgate.metrics import Metric, summarize
-from perfgate.results import MetricResult, make_document
-from perfgate.safe_paths import PathError, check_area
+import perfgate.machine.preflight  # noqa: F401  (in-process pytester runs keep psutil loaded)
+from perfgate import cli
+from perfgate.machine import hardware
+from perfgate.store import results as results_mod
+from perfgate.report import trends
+from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
+from perfgate.judge.config import ConfigError, Settings, load_settings
+from perfgate.judge.gate import evaluate
+from perfgate.machine.hardware_id import HARDWARE_ID_PATTERN, HardwareIdError, check_hardware_id
+from perfgate.judge.metrics import Metric, summarize
+from perfgate.store.results import MetricResult, make_document
+from perfgate.store.safe_paths import PathError, check_area
 from test_faults_input import snapshot, start_detached_burners
 
 HW = "cpu-Test-2c"

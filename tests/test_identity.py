@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import cpu_info, gpu_info, hardware
-from perfgate.baseline_choice import BaselineChooser, family_candidates, report_notes, tolerances_id
-from perfgate.baselines import BaselineEntry, BaselineStore
-from perfgate.config import ConfigError, Settings, load_settings
-from perfgate.fingerprint_check import compare
-from perfgate.gate import evaluate
-from perfgate.metrics import Metric, summarize
+from perfgate.machine import cpu_info, gpu_info, hardware
+from perfgate.judge.baseline_choice import BaselineChooser, family_candidates, report_notes, tolerances_id
+from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge.config import ConfigError, Settings, load_settings
+from perfgate.judge.fingerprint_check import compare
+from perfgate.judge.gate import evaluate
+from perfgate.judge.metrics import Metric, summarize
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,79}$")
 
@@ -297,7 +297,7 @@ def test_the_guard_widens_with_the_baselines_own_swing_and_configured_factors():
 
 
 def test_calibrated_run_medians_count_as_measured_swing():
-    from perfgate import guard
+    from perfgate.judge import guard
     calibrated = entry([10.0, 10.1, 9.9, 10.0], spread={"run_medians": [10.0, 10.0, 35.0]})
     assert guard.measured_swing(calibrated) == pytest.approx(3.5)
     assert guard.limit_for(guard.GuardSettings(), TID, "ttft_ms", calibrated)[0] == pytest.approx(7.0)
@@ -308,7 +308,7 @@ def test_calibrated_run_medians_count_as_measured_swing():
 def test_a_configured_factor_never_narrows_the_guard_below_measured_swing():
     """A baseline holding a sample of 0 (higher is better) has an infinite swing: a current median
     of 0 is within its own noise, whatever factor is configured (CI run of 481f343)."""
-    from perfgate import guard
+    from perfgate.judge import guard
     zeros = entry([0.0, 16.0, 8.0, 0.0, 16.0], unit="req/s", better="higher")
     settings = guard.GuardSettings(factors={"perf/serving/*": 20.0})
     assert guard.limit_for(settings, TID, "max_rate_meeting_slo_rps", zeros)[0] == float("inf")
@@ -456,8 +456,9 @@ def test_a_truncated_family_baseline_stops_the_session_before_measuring(project)
 
 
 def test_refresh_says_when_the_old_numbers_came_from_another_machine(tmp_path, capsys):
-    from perfgate import cli, results as results_mod
-    from perfgate.results import MetricResult
+    from perfgate import cli
+    from perfgate.store import results as results_mod
+    from perfgate.store.results import MetricResult
 
     tid = "perf/offload/test_reads.py::test_parallel"
     write_baselines(tmp_path / "baselines", "cpu-AMD-EPYC-avx2-2c", cpu_fp(MILAN))

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import hardware
-from perfgate.baselines import BaselineEntry, BaselineStore
+from perfgate.machine import hardware
+from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.cli import main
 from perfgate.commands.import_seed import DEFAULT_SEED, entry_for, load_seed
-from perfgate.config import Settings
-from perfgate.gate import evaluate
-from perfgate.metrics import UNIT_FAMILIES, Metric, summarize
-from perfgate.results import area_of
+from perfgate.judge.config import Settings
+from perfgate.judge.gate import evaluate
+from perfgate.judge.metrics import UNIT_FAMILIES, Metric, summarize
+from perfgate.store.results import area_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = load_seed()

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.config import ConfigError, load_settings
-from perfgate.gate import is_gated, tolerance
-from perfgate.metrics import MAX_STORED_SAMPLES, Metric, MetricError, summarize
+from perfgate.judge.config import ConfigError, load_settings
+from perfgate.judge.gate import is_gated, tolerance
+from perfgate.judge.metrics import MAX_STORED_SAMPLES, Metric, MetricError, summarize
 
 
 def test_summary_is_robust():
@@ -91,7 +91,7 @@ def test_gating_modes():
 
 
 def test_calibrated_baseline_tolerance_beats_the_tests_own(tmp_path):
-    from perfgate.baselines import BaselineEntry
+    from perfgate.store.baselines import BaselineEntry
 
     s = load_settings(write(tmp_path, ""))
     own = Metric("time_us", "us", "lower", summarize([1.0]), tol=0.07)
@@ -113,7 +113,7 @@ def test_hardware_specific_tolerances_apply_only_to_that_hardware(tmp_path):
 
 
 def test_record_only_metrics_are_kept_but_never_gated(tmp_path):
-    from perfgate.gate import evaluate
+    from perfgate.judge.gate import evaluate
 
     root = write(tmp_path, "")
     hw = tmp_path / "baselines" / "cpu-Noisy-2c"

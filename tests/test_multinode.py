@@ -1,7 +1,7 @@
 """Multi-node launch path on one machine: two torchrun agents as two "nodes" on loopback.
 
 Each agent runs ``--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:PORT``; the
-ranks join one gloo group across the two agents and run a worker with perfgate.launch's
+ranks join one gloo group across the two agents and run a worker with perfgate.launch.jobs's
 contract, ``fn(spec, ctx)``. Real processes, real rendezvous, real collectives.
 """
 from __future__ import annotations
@@ -11,13 +11,13 @@ import time
 import psutil
 import pytest
 
-from perfgate import multinode
-from perfgate.launch import WorkerFailure, WorkerTimeout
-from perfgate.markers import missing_requirements
+from perfgate.launch import multinode
+from perfgate.launch.jobs import WorkerFailure, WorkerTimeout
+from perfgate.machine.markers import missing_requirements
 
 
 def test_two_local_nodes_join_one_group_and_all_reduce():
-    res = multinode.launch_multinode("perfgate.multinode:probe", multinode.ProbeSpec(elems=64), nnodes=2,
+    res = multinode.launch_multinode("perfgate.launch.multinode:probe", multinode.ProbeSpec(elems=64), nnodes=2,
                                      nproc_per_node=1, launcher="local", timeout_s=120)
     assert [r["rank"] for r in res] == [0, 1]
     assert all(r["world_size"] == 2 and r["sum"] == 3.0 and r["wrong"] == 0 for r in res)
@@ -30,7 +30,7 @@ def test_two_local_nodes_join_one_group_and_all_reduce():
 def test_a_failure_on_the_second_node_reaches_the_caller():
     """Rank 1 (on the other "node") raises inside the probe; its traceback comes back, named."""
     with pytest.raises(WorkerFailure) as info:
-        multinode.launch_multinode("perfgate.multinode:probe", multinode.ProbeSpec(), nnodes=2, nproc_per_node=1,
+        multinode.launch_multinode("perfgate.launch.multinode:probe", multinode.ProbeSpec(), nnodes=2, nproc_per_node=1,
                                    launcher="local", timeout_s=120,
                                    env={"PERFGATE_TEST_FAULT": "raise@1:probe all_reduce"})
     text = str(info.value)
@@ -41,7 +41,7 @@ def test_a_failure_on_the_second_node_reaches_the_caller():
 def test_timeout_kills_the_node_launchers():
     t0 = time.monotonic()
     with pytest.raises(WorkerTimeout) as info:
-        multinode.launch_multinode("perfgate.multinode:probe", multinode.ProbeSpec(), nnodes=2, nproc_per_node=1,
+        multinode.launch_multinode("perfgate.launch.multinode:probe", multinode.ProbeSpec(), nnodes=2, nproc_per_node=1,
                                    launcher="local", timeout_s=1.0)
     assert time.monotonic() - t0 < 30
     assert set(info.value.phases) == {0, 1}
@@ -57,7 +57,7 @@ def test_torchrun_and_srun_commands():
     assert argv[:3] == ["python", "-m", "torch.distributed.run"]
     assert {"--nnodes=2", "--nproc-per-node=8", "--rdzv-backend=c10d", "--rdzv-endpoint=head:29500",
             "--rdzv-id=r1", "--max-restarts=0"} <= set(argv)
-    assert argv[-4:] == ["-m", "perfgate.multinode", "worker", "/shared/job"]
+    assert argv[-4:] == ["-m", "perfgate.launch.multinode", "worker", "/shared/job"]
     local = multinode.torchrun_argv(nnodes=2, nproc_per_node=1, endpoint="127.0.0.1:1", run_id="r", jobdir="j",
                                     is_host=False, local_addr="127.0.0.1")
     assert "--rdzv-conf=is_host=0" in local and "--local-addr=127.0.0.1" in local

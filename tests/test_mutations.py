@@ -2,7 +2,7 @@
 
 Each area test runs the real perf test twice in fresh pytest processes, once clean and once with
 ``PERFGATE_TEST_MUTATION`` set, both against an empty baseline folder (so neither run can fail on
-the machine's drift), then passes the mutated run's metric through :func:`perfgate.gate.evaluate`
+the machine's drift), then passes the mutated run's metric through :func:`perfgate.judge.gate.evaluate`
 with the clean run as its baseline and this machine's tolerance files, as the plugin would. The
 verdict must be ``regression`` and the metric gated. Metrics that are deterministic (a stage split's
 parameter imbalance) are judged against the committed baselines instead: no second run needed.
@@ -21,13 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import gate, mutations
-from perfgate import results as results_mod
-from perfgate.baseline_choice import BaselineChooser, tolerances_id
-from perfgate.baselines import BaselineStore
-from perfgate.config import ConfigError, load_settings
-from perfgate.metrics import Metric, summarize
-from perfgate.verdict import Outcome, decide, is_exact
+from perfgate.judge import gate
+from perfgate import mutations
+from perfgate.store import results as results_mod
+from perfgate.judge.baseline_choice import BaselineChooser, tolerances_id
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.config import ConfigError, load_settings
+from perfgate.judge.metrics import Metric, summarize
+from perfgate.judge.verdict import Outcome, decide, is_exact
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_EXPERT_FILE_GIB = "0.5"  # enough distinct experts for cold reads; written in seconds

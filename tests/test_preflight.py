@@ -15,8 +15,8 @@ import time
 import psutil
 import pytest
 
-from perfgate import preflight
-from perfgate.preflight import CpuSample, GpuProcess, GpuState, Limits
+from perfgate.machine import preflight
+from perfgate.machine.preflight import CpuSample, GpuProcess, GpuState, Limits
 
 GiB = 1 << 30
 LIMITS = Limits()

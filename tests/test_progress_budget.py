@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from perfgate.progress import SweepProgress, fmt_duration
+from perfgate.report.progress import SweepProgress, fmt_duration
 
 HW = "--perf-hardware-id=cpu-Test-2c"
 

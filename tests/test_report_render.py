@@ -4,7 +4,7 @@ runs/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json is a CI run of the whole CPU sui
 one real gated regression (the C=8 concurrency-sweep throughput ratio against the
 tolerance of that day) and 17 recorded-only gloo timings beyond tolerance; the other ci-*
 files are clean runs. Expected counts are computed here from the raw JSON, not through
-perfgate.outcomes, so the test checks the report against the data.
+perfgate.judge.outcomes, so the test checks the report against the data.
 """
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import outcomes, results as results_mod, run_report
-from perfgate.textable import DEFAULT_LOG_WIDTH, cells, resolve_width
+from perfgate.judge import outcomes
+from perfgate.store import results as results_mod
+from perfgate.report import run_report
+from perfgate.report.textable import DEFAULT_LOG_WIDTH, cells, resolve_width
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "cpu-AMD-EPYC-isaunknown-2c"
@@ -314,7 +316,7 @@ def _check_table_lines(lines: list[str], width: int, headers: tuple[str, ...], r
 @pytest.mark.parametrize("width", WIDTHS)
 def test_calibrate_table_from_ten_real_runs(width):
     from perfgate.commands import calibrate as cal
-    from perfgate.config import load_settings
+    from perfgate.judge.config import load_settings
 
     docs = [results_mod.load(p) for p in sorted((RUNS / "ten-run-check").glob("r*.json"))]
     assert len(docs) == 10

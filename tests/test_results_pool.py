@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate import results
+from perfgate.store import results
 
 
 def doc(hw, created, samples):

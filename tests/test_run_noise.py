@@ -8,13 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfgate import results, run_noise
-from perfgate.baselines import BaselineEntry, BaselineStore
+from perfgate.store import results
+from perfgate.judge import run_noise
+from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.cli import main
-from perfgate.config import Settings
-from perfgate.gate import evaluate
-from perfgate.metrics import Metric, summarize
-from perfgate.run_noise import RunSummary
+from perfgate.judge.config import Settings
+from perfgate.judge.gate import evaluate
+from perfgate.judge.metrics import Metric, summarize
+from perfgate.judge.run_noise import RunSummary
 
 positive = st.floats(min_value=1e-3, max_value=1e6, allow_nan=False)
 run_medians = st.lists(positive, min_size=1, max_size=10)

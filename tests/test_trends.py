@@ -11,11 +11,12 @@ import random
 import matplotlib.image
 import pytest
 
-from perfgate import results as results_mod, trends
-from perfgate.baselines import BaselineEntry, BaselineStore
+from perfgate.store import results as results_mod
+from perfgate.report import trends
+from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.cli import main
-from perfgate.metrics import summarize
-from perfgate.results import MetricResult
+from perfgate.judge.metrics import summarize
+from perfgate.store.results import MetricResult
 
 AR = "perf/collectives/test_collectives.py::test_all_reduce[nccl-2gpu-PIX-{}]"
 

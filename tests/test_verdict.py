@@ -6,7 +6,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from perfgate.verdict import Outcome, decide, fails, worsening
+from perfgate.judge.verdict import Outcome, decide, fails, worsening
 
 BASE = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2, 99.8]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import results as results_mod
+from perfgate.store import results as results_mod
 from perfgate.cli import main as cli_main
 from perfgate.workloads.serving import GPU_PROFILE
 from perfgate.workloads.serving.identity import canonical_flags, describe_model, served_workload
@@ -108,7 +108,7 @@ def test_a_baseline_from_before_identities_is_judged_as_before(project, monkeypa
 
 
 def test_identify_refuses_empty_or_changing_identities():
-    from perfgate.metrics import MetricError
+    from perfgate.judge.metrics import MetricError
     from perfgate.recorder import PerfRecorder
 
     rec = PerfRecorder("t")

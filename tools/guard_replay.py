@@ -6,7 +6,7 @@
 
 Runs matching --pooled are judged leave-one-out (each against a baseline pooled from the others:
 out of sample, as a future run meets a committed baseline); runs matching --against-committed
-are judged against the committed baseline of --hardware-id. Both go through perfgate.gate.evaluate
+are judged against the committed baseline of --hardware-id. Both go through perfgate.judge.gate.evaluate
 with the settings (tolerances.toml, [gross_change]) that apply to that id, so what this prints is
 what a run would have been told. Lists every trip, the figures closest to their limit, and the
 largest worsening of a not-gated figure per test function: the evidence for a [gross_change]
@@ -24,12 +24,12 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfgate import guard
-from perfgate.baseline_choice import tolerances_id
-from perfgate.baselines import BaselineEntry, BaselineStore
-from perfgate.config import load_settings
-from perfgate.gate import evaluate
-from perfgate.metrics import Metric, summarize
+from perfgate.judge import guard
+from perfgate.judge.baseline_choice import tolerances_id
+from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge.config import load_settings
+from perfgate.judge.gate import evaluate
+from perfgate.judge.metrics import Metric, summarize
 
 
 def _results(path: Path) -> dict[tuple[str, str], dict]:

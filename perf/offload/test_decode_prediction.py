@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.offload import SSD
 from perfgate.workloads.offload.decode_model import DecodeModel
 from perfgate.workloads.offload.expert_reads import ReadSpec

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.offload import SSD as P
 from perfgate.workloads.offload.device_probe import rounds_as_json, summarize_rounds
 from perfgate.workloads.offload.page_cache import drop_cache, open_for_reads, resident_fraction

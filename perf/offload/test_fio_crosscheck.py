@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.offload import SSD
 from perfgate.workloads.offload.fio import fio_path, fio_version, run_fio
 from perfgate.workloads.offload.device_probe import stream

@@ -22,7 +22,7 @@ import statistics
 import pytest
 
 from perfgate.workloads.serving.loadgen import random_requests, run_load
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.prometheus_counters import StepCounters
 from perfgate.workloads.serving.serving_metrics import summarize
 from perfgate.workloads.serving.starvation import skip_reason, starved, unstarved_runs

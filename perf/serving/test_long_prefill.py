@@ -8,7 +8,7 @@ whose tokens did not all arrive in one read) with prefills over without (in-run 
 """
 from __future__ import annotations
 
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import long_prefill_requests, random_requests, run_load, run_loads_concurrently
 from perfgate.workloads.serving.serving_metrics import summarize
 from perfgate.workloads.serving.starvation import starved

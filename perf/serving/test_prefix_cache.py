@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import run_load, shared_prefix_requests
 from perfgate.workloads.serving.prometheus_counters import PrefixCacheCounters
 from perfgate.workloads.serving.serving_metrics import summarize

@@ -16,7 +16,7 @@ from perfgate.workloads import training
 from perfgate.workloads.training import plans
 from perfgate.workloads.training.model import CONFIGS, GPT, SEED_PARAM_COUNTS
 from perfgate.workloads.training.specs import BF16_HOOK_NEEDS_NCCL
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.training.summary import efficiency, max_abs_diff, speedup
 
 # Loss agreement between runs that do the same math in a different order (fp32 on CPU;

@@ -22,7 +22,7 @@ from perfgate.workloads import training
 from perfgate.workloads.training import plans
 from perfgate.workloads.training.engine import EXTRA_PARAM_COPY_ENV
 from perfgate.workloads.training.specs import ShardingMode
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.training.summary import max_abs_diff
 
 # "Losses equal to DDP to 5 decimals" in fp32 on CPU; looser where grads are reduced in

@@ -21,7 +21,7 @@ import math
 import pytest
 
 from fixtures.cases import params
-from perfgate.metrics import paired_ratio, paired_saving
+from perfgate.judge.metrics import paired_ratio, paired_saving
 from perfgate.workloads import pipeline
 from perfgate.workloads.pipeline import series
 from perfgate.workloads.pipeline.megatron_common import TP_MODEL

@@ -5,7 +5,7 @@ another run, lease or day mixes the upgrade with that run's offset. Here both st
 one session on one machine: A and B are two Python interpreters (venvs) or two sets of
 environment variables, each round runs the selection once under each (A B, then B A, ...)
 as a real pytest subprocess with ``--perf-save``, and each metric is gated on the paired
-per-round ratio of its medians with a Student t interval over rounds (perfgate/ab_stats.py).
+per-round ratio of its medians with a Student t interval over rounds (perfgate/judge/ab_stats.py).
 
 Results file (``--save``), table and exit code are those of a normal run: 1 when any metric
 is a regression, 0 otherwise, 2 on a usage or run error.
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from perfgate import ab_stats as ab_mod
-from perfgate import results as results_mod
-from perfgate.metrics import summarize
-from perfgate.run_report import metric_table, regression_line
-from perfgate.textable import stdout_width
-from perfgate.results import MetricResult, area_of
+from perfgate.judge import ab_stats
+from perfgate.store import results as results_mod
+from perfgate.judge.metrics import summarize
+from perfgate.report.run_report import metric_table, regression_line
+from perfgate.report.textable import stdout_width
+from perfgate.store.results import MetricResult, area_of
 
 _OWN_OPTIONS = {"--a-python", "--b-python", "--a-env", "--b-env", "--rounds", "--threshold", "--confidence",
                 "--save", "--keep", "--root", "--hardware-id"}
@@ -44,9 +44,9 @@ def register(sub) -> None:
     p.add_argument("--a-env", action="append", default=[], metavar="K=V", help="environment variable for A (repeat)")
     p.add_argument("--b-env", action="append", default=[], metavar="K=V", help="environment variable for B (repeat)")
     p.add_argument("--rounds", type=int, default=8, help="rounds of A+B (default 8; at least 3)")
-    p.add_argument("--threshold", type=float, default=ab_mod.DEFAULT_THRESHOLD,
+    p.add_argument("--threshold", type=float, default=ab_stats.DEFAULT_THRESHOLD,
                    help="a regression's whole interval lies beyond this worsening (default 0.03 = 3%%)")
-    p.add_argument("--confidence", type=float, default=ab_mod.DEFAULT_CONFIDENCE,
+    p.add_argument("--confidence", type=float, default=ab_stats.DEFAULT_CONFIDENCE,
                    help="two-sided bootstrap interval level (default 0.95)")
     p.add_argument("--save", type=Path, help="write the A/B results JSON here")
     p.add_argument("--keep", type=Path, help="keep each round's results JSON in this folder")
@@ -118,7 +118,7 @@ def compare(a_docs: list[dict], b_docs: list[dict], *, threshold: float, confide
         verdict = None
         if complete:
             try:
-                p = ab_mod.paired(a_vals, b_vals, better=r.better, threshold=threshold, confidence=confidence)
+                p = ab_stats.paired(a_vals, b_vals, better=r.better, threshold=threshold, confidence=confidence)
                 verdict = {"outcome": p.outcome.value, "change": p.change, "tol": threshold, "p_value": None,
                            "explanation": p.explanation, "change_ci": list(p.change_ci), "ratio": p.ratio,
                            "ratio_ci": list(p.ratio_ci), "ratios": list(p.ratios)}
@@ -157,7 +157,7 @@ def measure(sides: dict[str, tuple[str, dict[str, str]]], rounds: int, pytest_ar
     with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
         folder = keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        for i, pair in enumerate(ab_mod.round_order(rounds)):
+        for i, pair in enumerate(ab_stats.round_order(rounds)):
             for side in pair:
                 python, env = sides[side]
                 path = folder / f"round{i + 1}-{side}.json"
@@ -170,8 +170,8 @@ def measure(sides: dict[str, tuple[str, dict[str, str]]], rounds: int, pytest_ar
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rounds < ab_mod.MIN_ROUNDS:
-        raise ABError(f"--rounds must be >= {ab_mod.MIN_ROUNDS}: an interval over fewer rounds says nothing")
+    if args.rounds < ab_stats.MIN_ROUNDS:
+        raise ABError(f"--rounds must be >= {ab_stats.MIN_ROUNDS}: an interval over fewer rounds says nothing")
     if args.rounds % 2:
         # Measured: an A = A run of 3 rounds (A B, B A, A B) read B/A 1.175 [1.160, 1.189] on a quiet
         # machine. Whichever side runs second in a round pays (or gains) the same; with as many
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"perfgate ab: A = {_side_text(*sides['a'])}\n             B = {_side_text(*sides['b'])}"
           + ("\n             (A and B are the same environment: an A = A check of the noise)" if same else ""),
           file=sys.stderr)
-    order = ab_mod.round_order(args.rounds)
+    order = ab_stats.round_order(args.rounds)
     docs, hardware_id = measure(sides, args.rounds, pytest_args, root=root, hardware_id=args.hardware_id,
                                 keep=args.keep)
     flags = " ".join([f"--a-env {k}={v}" for k, v in sides["a"][1].items()]

@@ -33,16 +33,16 @@ from rich.console import Console
 from rich.progress import Progress
 from scipy.stats import norm
 
-from perfgate import interrupts, results as results_mod
-from perfgate.baselines import BaselineEntry, BaselineStore, now_iso
-from perfgate.config import load_settings
-from perfgate.gate import tolerance
-from perfgate.hardware_id import check_hardware_id
-from perfgate.metrics import Metric, summarize
-from perfgate.run_report import fmt_number, short_id
-from perfgate.textable import Column, Line, render, stdout_width, wrap_words
-from perfgate.results import area_of
-from perfgate.run_noise import MAD_TO_SIGMA, robust_spread
+from perfgate.store import interrupts, results as results_mod
+from perfgate.store.baselines import BaselineEntry, BaselineStore, now_iso
+from perfgate.judge.config import load_settings
+from perfgate.judge.gate import tolerance
+from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.judge.metrics import Metric, summarize
+from perfgate.report.run_report import fmt_number, short_id
+from perfgate.report.textable import Column, Line, render, stdout_width, wrap_words
+from perfgate.store.results import area_of
+from perfgate.judge.run_noise import MAD_TO_SIGMA, robust_spread
 
 DEFAULT_FLOOR = 0.02
 DEFAULT_FRACTION_FLOOR = 0.01

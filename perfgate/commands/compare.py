@@ -4,15 +4,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from perfgate import interrupts, results as results_mod, run_report
-from perfgate.baseline_choice import report_notes, tolerances_id
-from perfgate.baselines import BaselineEntry
-from perfgate.config import load_settings
-from perfgate.fingerprint_check import compare as compare_fingerprints
-from perfgate.gate import evaluate
-from perfgate.metrics import Metric
-from perfgate.textable import stdout_width, wrap_words
-from perfgate.verdict import fails, Outcome
+from perfgate.store import interrupts, results as results_mod
+from perfgate.report import run_report
+from perfgate.judge.baseline_choice import report_notes, tolerances_id
+from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.config import load_settings
+from perfgate.judge.fingerprint_check import compare as compare_fingerprints
+from perfgate.judge.gate import evaluate
+from perfgate.judge.metrics import Metric
+from perfgate.report.textable import stdout_width, wrap_words
+from perfgate.judge.verdict import fails, Outcome
 
 
 def register(sub) -> None:

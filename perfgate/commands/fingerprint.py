@@ -6,7 +6,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from perfgate import hardware
+from perfgate.machine import hardware
 
 
 def register(sub) -> None:

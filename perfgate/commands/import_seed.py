@@ -21,13 +21,13 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from perfgate import interrupts
-from perfgate.baselines import BaselineEntry, BaselineStore
-from perfgate.config import load_settings
-from perfgate.metrics import Summary
-from perfgate.run_report import fmt_number, short_id
-from perfgate.textable import Column, render, stdout_width
-from perfgate.results import area_of
+from perfgate.store import interrupts
+from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge.config import load_settings
+from perfgate.judge.metrics import Summary
+from perfgate.report.run_report import fmt_number, short_id
+from perfgate.report.textable import Column, render, stdout_width
+from perfgate.store.results import area_of
 
 
 DEFAULT_SEED = Path(__file__).resolve().parents[2] / "baselines-imported" / "seed-v100.json"

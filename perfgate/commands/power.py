@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from perfgate import ab_stats as ab_mod
+from perfgate.judge import ab_stats
 from perfgate.commands import ab as ab_cmd
-from perfgate.run_report import short_id
-from perfgate.textable import Column, render, stdout_width
-from perfgate.results import MetricResult
+from perfgate.report.run_report import short_id
+from perfgate.report.textable import Column, render, stdout_width
+from perfgate.store.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 _OWN_OPTIONS = {"--knob", "--slowdowns", "--repeats", "--rounds", "--threshold", "--confidence",
@@ -38,8 +38,8 @@ def register(sub) -> None:
     p.add_argument("--slowdowns", default="1.05,1.1,1.25", help="comma-separated factors (default 1.05,1.1,1.25)")
     p.add_argument("--repeats", type=int, default=5, help="A/B runs per condition (default 5)")
     p.add_argument("--rounds", type=int, default=8, help="rounds per A/B (default 8)")
-    p.add_argument("--threshold", type=float, default=ab_mod.DEFAULT_THRESHOLD, help="as in `perfgate ab`")
-    p.add_argument("--confidence", type=float, default=ab_mod.DEFAULT_CONFIDENCE, help="as in `perfgate ab`")
+    p.add_argument("--threshold", type=float, default=ab_stats.DEFAULT_THRESHOLD, help="as in `perfgate ab`")
+    p.add_argument("--confidence", type=float, default=ab_stats.DEFAULT_CONFIDENCE, help="as in `perfgate ab`")
     p.add_argument("--save", type=Path, help="write the counts as JSON here")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
@@ -89,8 +89,8 @@ def parse_slowdowns(text: str) -> list[float]:
 def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
-    if args.rounds < ab_mod.MIN_ROUNDS:
-        raise ValueError(f"--rounds must be >= {ab_mod.MIN_ROUNDS}")
+    if args.rounds < ab_stats.MIN_ROUNDS:
+        raise ValueError(f"--rounds must be >= {ab_stats.MIN_ROUNDS}")
     if args.rounds % 2:
         raise ValueError(f"--rounds must be even (got {args.rounds}), as in `perfgate ab`")
     slowdowns = parse_slowdowns(args.slowdowns)

@@ -5,7 +5,7 @@ after confirmation (or --yes). It writes only the results' own hardware id folde
 a machine change creates a new folder and leaves every other one untouched; the file it
 replaces is kept as ``<area>.json.prev``.
 
-Several results files are pooled (perfgate.results.pool), each metric keeping one summary
+Several results files are pooled (perfgate.store.results.pool), each metric keeping one summary
 per run for the between-run noise model; a gated metric whose run medians disagree beyond
 its tolerance stops the refresh with the runs side by side (``--force`` pools them anyway),
 and runs from an uncommitted tree need ``--allow-dirty``.
@@ -17,12 +17,14 @@ import sys
 from pathlib import Path
 
 
-from perfgate import interrupts, mutations, results as results_mod, run_noise
-from perfgate.baselines import BaselineStore
-from perfgate.config import load_settings
-from perfgate.fingerprint_check import compare as compare_fingerprints, workload_changes
-from perfgate.run_report import fmt_number, short_id
-from perfgate.textable import Column, render, stdout_width, wrap_words
+from perfgate.store import interrupts, results as results_mod
+from perfgate import mutations
+from perfgate.judge import run_noise
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.config import load_settings
+from perfgate.judge.fingerprint_check import compare as compare_fingerprints, workload_changes
+from perfgate.report.run_report import fmt_number, short_id
+from perfgate.report.textable import Column, render, stdout_width, wrap_words
 
 
 def register(sub) -> None:

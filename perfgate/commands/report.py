@@ -2,7 +2,7 @@
 
 Each plot shows, per test id, the run medians over time with their interquartile range,
 the baseline as a band (median +- tolerance), tainted runs as hollow markers and the
-sustained step changes that perfgate.trends found. The page lists the runs, the step
+sustained step changes that perfgate.report.trends found. The page lists the runs, the step
 changes and links every plot, so a nightly job can publish it as an artifact.
 """
 from __future__ import annotations
@@ -12,11 +12,12 @@ import math
 import re
 from pathlib import Path
 
-from perfgate import interrupts, trends
-from perfgate.baselines import BaselineStore
-from perfgate.config import load_settings
-from perfgate.hardware_id import check_hardware_id
-from perfgate.results import area_of
+from perfgate.store import interrupts
+from perfgate.report import trends
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.config import load_settings
+from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.store.results import area_of
 
 MAX_PANELS = 16  # per PNG; larger families are split into parts
 _COLS = 4

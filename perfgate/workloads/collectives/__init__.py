@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfgate import hardware
+from perfgate.machine import hardware
 from perfgate.workloads.area import Area, Case
 from perfgate.workloads.collectives.ops import OP_DEFS, OPS, SLOWDOWN_ENV, CollectiveSpec, run  # noqa: F401
 
@@ -77,7 +77,7 @@ AREA = Area("collectives", PROFILES, cases, reduce)
 
 def sweep(op: str, backend: str, world: int, sizes, devices=None) -> dict[int, dict]:
     """Launch one job that measures every size; ``{size: reduced result}``."""
-    from perfgate.launch import launch
+    from perfgate.launch.jobs import launch
 
     sizes = sorted(sizes)
     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices))} if devices else {}

@@ -58,7 +58,7 @@ class CollectiveSpec:
 
     def expected_s(self) -> float:
         """Healthy work time of the sweep, on the slow side: the launcher's hang budget is 3x this
-        (perfgate.liveness). Per size: warm-up, estimate, samples and check, each about one sample
+        (perfgate.launch.liveness). Per size: warm-up, estimate, samples and check, each about one sample
         long, or one call at a pessimistic 0.5 GB/s when that is longer."""
         return sum((self.warmup + self.samples + 3) * max(self.target_sample_s, size / 0.5e9) for size in self.sizes)
 
@@ -296,7 +296,7 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
 
 
 def run(spec: CollectiveSpec, ctx) -> list[dict]:
-    """Worker entry point (see perfgate.launch): this rank's raw per-size samples as plain dicts."""
+    """Worker entry point (see perfgate.launch.jobs): this rank's raw per-size samples as plain dicts."""
     import torch
     import torch.distributed as dist
 

@@ -71,7 +71,7 @@ def reduce(rounds_a, rounds_b) -> list[float]:
     """Per round, median of strategy a's samples over median of b's: one gated sample per round."""
     import statistics
 
-    from perfgate.metrics import paired_ratio
+    from perfgate.judge.metrics import paired_ratio
 
     return paired_ratio([statistics.median(a) for a in rounds_a], [statistics.median(b) for b in rounds_b])
 

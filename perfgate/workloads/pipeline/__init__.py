@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfgate.workloads.area import Area, Case
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.pipeline.layout import ParallelLayout
 
 MS = (1, 4, 16)
@@ -184,7 +184,7 @@ AREA = Area("pipeline", PROFILES, cases, reduce)
 def measure(runs, profile: Profile, schedule: str, pp: int) -> PipelineRun:
     """One schedule at one PP. Every schedule of that PP runs
     in one launch (rank start-up costs seconds); a re-measurement launches only its own schedule."""
-    from perfgate.launch import launch
+    from perfgate.launch.jobs import launch
 
     def key(s):
         return ("pipeline", profile.name, s, pp)
@@ -202,7 +202,7 @@ def measure(runs, profile: Profile, schedule: str, pp: int) -> PipelineRun:
 
 def measure_pp1(runs):
     """Megatron at PP=1 on one GPU (no-pipelining schedule): the speedup reference, ``{M: MSeries}``."""
-    from perfgate.launch import launch
+    from perfgate.launch.jobs import launch
     from perfgate.workloads.pipeline.megatron_pp import MegatronPipelineSpec
 
     def produce():
@@ -214,7 +214,7 @@ def measure_pp1(runs):
 
 def measure_tp(runs, spec) -> dict[str, dict]:
     """Every case of a Megatron TP/recompute spec, from one launch."""
-    from perfgate.launch import launch
+    from perfgate.launch.jobs import launch
 
     return runs.get(("pipeline", "megatron-tp", spec), lambda: reduce_tp(
         launch(TP_TARGET, spec, world_size=spec.world_size, backend="nccl", timeout_s=900), spec))

@@ -291,7 +291,7 @@ def run_many(specs: tuple[TorchPipelineSpec, ...], ctx) -> list[dict]:
 
 
 def run(spec: TorchPipelineSpec, ctx) -> dict:
-    """Worker entry point (inside :func:`perfgate.launch.launch`); returns this rank's raw results."""
+    """Worker entry point (inside :func:`perfgate.launch.jobs.launch`); returns this rank's raw results."""
     import torch
 
     if ctx.world_size != spec.world_size:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from perfgate import mutations
-from perfgate.launch_core import ProcessJob, signal_name, tree_pids
+from perfgate.launch.core import ProcessJob, signal_name, tree_pids
 
 VLLM_CLI = (
     "import importlib.metadata as m, sys\n"

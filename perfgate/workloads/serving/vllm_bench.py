@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfgate.launch_core import ProcessJob
+from perfgate.launch.core import ProcessJob
 from perfgate.workloads.serving.server import contained_env, remove_short_tmpdir, start_job, vllm_command
 
 

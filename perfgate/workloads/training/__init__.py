@@ -1,6 +1,6 @@
 """Training-parallelism workloads: one GPT model, DDP and FSDP engines, validated specs.
 
-The modules run inside :func:`perfgate.launch.launch` workers and never import pytest:
+The modules run inside :func:`perfgate.launch.jobs.launch` workers and never import pytest:
 ``model`` (the decoder and synthetic data), ``specs`` (validated job descriptions),
 ``engine`` (the shared warm-up / timed / memory-tracked step loop), ``ddp`` and ``fsdp``
 (build the parallel wrapper for one case and hand its step to the engine), ``summary``
@@ -41,7 +41,7 @@ def _labels(engine: str, j) -> list[str]:
 
 
 def launch_job(engine: str, profile: plans.Profile, j) -> dict[str, CaseSummary]:
-    from perfgate.launch import launch
+    from perfgate.launch.jobs import launch
 
     # One thread per rank: ranks share the cores, and world 1 must not get more of them.
     env = {"OMP_NUM_THREADS": "1"} if profile.backend == "gloo" else {}

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from perfgate.metrics import paired_ratio
+from perfgate.judge.metrics import paired_ratio
 
 MIB = 2 ** 20
 GIB = 2 ** 30

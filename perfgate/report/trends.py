@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate import results as results_mod
+from perfgate.store import results as results_mod
 
 
 @dataclass(frozen=True)

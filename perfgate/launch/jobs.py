@@ -15,15 +15,14 @@ returns the per-rank return values. A failing rank raises :class:`WorkerFailure`
 carrying its traceback and the other ranks' last lines; a hang raises
 :class:`WorkerTimeout` with each rank's in-flight phase and Python stack, found by the
 rank's silence (a stopped or frozen rank) or by a work budget proportional to the job's
-expected duration (perfgate.liveness), else by ``timeout_s``. A
+expected duration (perfgate.launch.liveness), else by ``timeout_s``. A
 process-group timeout inside a collective (gloo/NCCL give up before the parent does)
 is reported as the hang it is, not as a failure of the rank that noticed it first.
 
-The pieces live in modules of their own: the process plumbing every launcher shares
-(perfgate.launch_core), GPU locks (perfgate.gpu_locks), reading the collective a rank is
-blocked in (perfgate.stacks), hang detection (perfgate.liveness) and the test-only fault
-knob ``PERFGATE_TEST_FAULT`` (perfgate.faults). This module is the launch itself: start
-the ranks, watch them, and turn what happened into one result or one clear error.
+The pieces live beside this module in perfgate/launch/: process plumbing (core), hang
+detection (liveness), the collective a rank is blocked in (stacks), the test-only fault knob
+(faults). This module is the launch itself: start the ranks, watch them, and turn what
+happened into one result or one clear error.
 """
 from __future__ import annotations
 
@@ -41,12 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate.faults import FAULT_ENV, Fault
-from perfgate.gpu_locks import gpu_locks
-from perfgate.launch_core import ProcessJob, signal_name, start_in_own_session, tail
-from perfgate.liveness import (BUDGET_MULTIPLE, MIN_BUDGET_S, SILENT_AFTER_S, HeartbeatWatch, Silence,
+from perfgate.launch.faults import FAULT_ENV, Fault
+from perfgate.machine.gpu_locks import gpu_locks
+from perfgate.launch.core import ProcessJob, signal_name, start_in_own_session, tail
+from perfgate.launch.liveness import (BUDGET_MULTIPLE, MIN_BUDGET_S, SILENT_AFTER_S, HeartbeatWatch, Silence,
                                expected_duration, hang_budget_s)
-from perfgate.stacks import stack_collective, traceback_collective
+from perfgate.launch.stacks import stack_collective, traceback_collective
 
 DEFAULT_TIMEOUT_S = 300.0
 _FAILURE_GRACE_S = 2.0
@@ -95,7 +94,7 @@ class WorkerContext:
     jobdir: str
     node_rank: int = 0
     phase_path: str = field(default="", repr=False)
-    fault: Fault | None = field(default=None, repr=False)  # test-only (perfgate.faults)
+    fault: Fault | None = field(default=None, repr=False)  # test-only (perfgate.launch.faults)
 
     def phase(self, text: str) -> None:
         """Record what is in flight, so that a hang report can name it."""
@@ -110,7 +109,7 @@ class WorkerContext:
 
 
 def _visible_gpu_count() -> int:
-    from perfgate.hardware import gpu_count
+    from perfgate.machine.hardware import gpu_count
 
     return gpu_count()
 
@@ -141,7 +140,7 @@ def launch(
     ``timeout_s`` so that a hang inside a collective is reported by the library too, but
     the parent's kill is what guarantees the bound.
 
-    Hangs are found sooner than ``timeout_s`` when possible (perfgate.liveness): when the
+    Hangs are found sooner than ``timeout_s`` when possible (perfgate.launch.liveness): when the
     work's expected duration is known (``expected_s``, else the spec's ``expected_s()``),
     the work may take ``max(30 s, 3 x expected)`` (never more than ``timeout_s``); and a
     rank that sends no heartbeat for ``silent_after_s`` while using no CPU (stopped,
@@ -225,7 +224,7 @@ def _launch_locked(target, spec, world_size, backend, limit: WorkLimit, env, pg_
         })
         for rank in range(world_size):
             rank_env = job.env(dict(base_env, RANK=str(rank), LOCAL_RANK=str(rank)))
-            procs.append(start_in_own_session([sys.executable, "-m", "perfgate.launch_worker", str(jobdir)],
+            procs.append(start_in_own_session([sys.executable, "-m", "perfgate.launch.worker", str(jobdir)],
                                               rank_env, jobdir / f"rank{rank}.log"))
         watch = HeartbeatWatch([jobdir / f"rank{r}.phase" for r in range(world_size)], job.pids, silent_after_s)
         _wait(job, jobdir, limit, pg_timeout, startup_timeout_s, watch)

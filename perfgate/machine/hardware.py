@@ -6,7 +6,7 @@ card's defaults; CPU model, vector ISA level and cores) so that a driver, CUDA, 
 vLLM or Megatron upgrade lands on the *same* baselines -- software changes are exactly what
 perfgate exists to catch. Software versions are recorded beside the numbers instead. What
 goes into the id and what is only stored (and compared at comparison time, see
-perfgate.fingerprint_check): docs/hardware-ids.md.
+perfgate.judge.fingerprint_check): docs/hardware-ids.md.
 
 GPU facts come from NVML (nvidia-ml-py) so that describing the machine never creates a
 CUDA context in the pytest process.
@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from perfgate import cpu_info, gpu_info
+from perfgate.machine import cpu_info, gpu_info
 
 # NVML's nvmlDeviceGetTopologyCommonAncestor levels, named as `nvidia-smi topo -m` names them.
 _PCIE_LEVELS = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}

@@ -7,7 +7,7 @@ rendezvous). KIND is ``raise`` (an exception), ``exit`` (``os._exit(7)``, no tra
 forever, so the other ranks block in their next collective). It lets tests and nightly
 drills inject a fault into any real workload, e.g. ``PERFGATE_TEST_FAULT=kill@1:sample 2``;
 never set it otherwise (docs/reliability.md). The launchers validate the value before any
-rank starts, and :class:`perfgate.launch.WorkerContext` fires it from ``ctx.phase``.
+rank starts, and :class:`perfgate.launch.jobs.WorkerContext` fires it from ``ctx.phase``.
 """
 from __future__ import annotations
 

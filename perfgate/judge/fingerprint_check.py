@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfgate.verdict import Outcome, Verdict
+from perfgate.judge.verdict import Outcome, Verdict
 
 # (field, relative tolerance): numbers that wobble a little between boots of one machine.
 CPU_FIELDS: dict[str, float] = {

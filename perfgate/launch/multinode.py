@@ -1,20 +1,20 @@
 """Run perfgate's distributed workers across nodes, under torchrun (c10d rendezvous) or SLURM srun.
 
-On one node :func:`perfgate.launch.launch` owns everything: it opens the rendezvous
+On one node :func:`perfgate.launch.jobs.launch` owns everything: it opens the rendezvous
 store and spawns every rank. Across nodes only the cluster's launcher can start remote
 processes, so the roles split, and the worker contract stays the same:
 
-- every rank runs ``python -m perfgate.multinode worker JOBDIR``, started by a torchrun
+- every rank runs ``python -m perfgate.launch.multinode worker JOBDIR``, started by a torchrun
   agent on each node (or by ``srun`` directly). It reads the job (``target`` and pickled
   ``spec``) from JOBDIR, which must be on a filesystem every node sees, joins the default
   process group from the launcher's environment (``env://``), runs ``target(spec, ctx)``
-  exactly as :func:`perfgate.launch.launch` would, and writes its result back to JOBDIR.
+  exactly as :func:`perfgate.launch.jobs.launch` would, and writes its result back to JOBDIR.
 - :func:`launch_multinode`, called on the head node (from a ``multinode`` test), writes the
   job, starts one torchrun agent per node -- through ``srun`` inside a SLURM allocation, or
   as local processes on loopback to exercise the path on one machine -- waits with a hard
   timeout, and returns the per-rank results or raises ``WorkerFailure``/``WorkerTimeout``.
 
-``python -m perfgate.multinode probe`` under torchrun is a cluster smoke test: an
+``python -m perfgate.launch.multinode probe`` under torchrun is a cluster smoke test: an
 all_reduce and an all_gather of rank facts, printed by rank 0. See docs/multinode.md.
 """
 from __future__ import annotations
@@ -37,8 +37,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from perfgate.launch import WorkerFailure, WorkerTimeout
-from perfgate.launch_core import ProcessJob, resolve_target, start_in_own_session, tail
+from perfgate.launch.jobs import WorkerFailure, WorkerTimeout
+from perfgate.launch.core import ProcessJob, resolve_target, start_in_own_session, tail
 
 LAUNCHERS = ("local", "srun")
 DEFAULT_TIMEOUT_S = 600.0
@@ -93,8 +93,8 @@ def env_from_slurm(env: dict[str, str]) -> dict[str, str]:
 def _context(backend: str, jobdir: str, phase_dir: Path | None):
     import torch
 
-    from perfgate.faults import fault_from_env
-    from perfgate.launch import WorkerContext
+    from perfgate.launch.faults import fault_from_env
+    from perfgate.launch.jobs import WorkerContext
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0))
     device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
@@ -124,7 +124,7 @@ def worker_main(jobdir: Path) -> int:
     import faulthandler
     import signal
 
-    from perfgate.launch_worker import finish
+    from perfgate.launch.worker import finish
 
     os.environ.update(env_from_slurm(dict(os.environ)))
     rank = int(os.environ.get("RANK", -1))
@@ -152,7 +152,7 @@ def worker_main(jobdir: Path) -> int:
 
 
 def probe_main(elems: int) -> int:
-    """``torchrun ... -m perfgate.multinode probe``: run the probe without a job folder; rank 0 prints."""
+    """``torchrun ... -m perfgate.launch.multinode probe``: run the probe without a job folder; rank 0 prints."""
     import torch.distributed as dist
 
     os.environ.update(env_from_slurm(dict(os.environ)))
@@ -195,7 +195,7 @@ def torchrun_argv(*, nnodes: int, nproc_per_node: int, endpoint: str, run_id: st
         argv.append(f"--rdzv-conf=is_host={int(is_host)}")
     if local_addr:
         argv.append(f"--local-addr={local_addr}")
-    return argv + ["-m", "perfgate.multinode", "worker", str(jobdir)]
+    return argv + ["-m", "perfgate.launch.multinode", "worker", str(jobdir)]
 
 
 def srun_argv(nnodes: int, inner: list[str]) -> list[str]:
@@ -209,7 +209,7 @@ def nodes_from_env() -> tuple[int, int]:
     nnodes = int(os.environ.get("PERFGATE_NNODES", "1"))
     nproc = os.environ.get("PERFGATE_NPROC_PER_NODE")
     if nproc is None:
-        from perfgate.hardware import gpu_count
+        from perfgate.machine.hardware import gpu_count
         nproc = str(max(1, gpu_count()))
     return nnodes, int(nproc)
 
@@ -332,7 +332,7 @@ def _wait(procs: list[subprocess.Popen], jobdir: Path, world: int, timeout_s: fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfgate.multinode", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m perfgate.launch.multinode", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker", help="one rank of a launch_multinode job (started by torchrun/srun)")
     w.add_argument("jobdir", type=Path)
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "probe":
         return probe_main(args.elems)
     env_nodes, env_nproc = nodes_from_env()
-    res = launch_multinode("perfgate.multinode:probe", ProbeSpec(), nnodes=args.nnodes or env_nodes,
+    res = launch_multinode("perfgate.launch.multinode:probe", ProbeSpec(), nnodes=args.nnodes or env_nodes,
                            nproc_per_node=args.nproc_per_node or env_nproc, backend=args.backend,
                            launcher=args.launcher, timeout_s=args.timeout)
     print(json.dumps(res, indent=1))

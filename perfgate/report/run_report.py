@@ -4,16 +4,16 @@ look, then where the full table is; on the terminal and as the Markdown job summ
 The order answers "did it fail, where, which rows" before anything else, so a CI log of a
 747-metric run opens with its verdict instead of a table. Every regression line is
 actionable: it names the baseline's provenance (date, commit, software) beside the current
-software, and the command that re-runs just that case. Tables go through perfgate.textable,
+software, and the command that re-runs just that case. Tables go through perfgate.report.textable,
 so numbers, headers and verdict words are never split at any width.
 """
 from __future__ import annotations
 
 from typing import Iterable
 
-from perfgate import outcomes
-from perfgate.results import MetricResult
-from perfgate.textable import Column, Line, render, wrap_words
+from perfgate.judge import outcomes
+from perfgate.store.results import MetricResult
+from perfgate.report.textable import Column, Line, render, wrap_words
 
 TERMINAL_ATTENTION_LIMIT = 50  # rows of the attention table on a terminal; failing rows always shown
 TABLE_CHOICES = ("attention", "all", "off")

@@ -1,4 +1,4 @@
-"""Entry point of one rank started by :func:`perfgate.launch.launch` (``python -m``).
+"""Entry point of one rank started by :func:`perfgate.launch.jobs.launch` (``python -m``).
 
 Kept separate from launch.py so the parent never imports CUDA-touching code by accident
 and so a rank's start-up is exactly: read the job, join the group, run, write the result.
@@ -16,7 +16,7 @@ import traceback
 from datetime import timedelta
 from pathlib import Path
 
-from perfgate.launch_core import resolve_target, write_pickle_atomic
+from perfgate.launch.core import resolve_target, write_pickle_atomic
 
 
 def finish(jobdir: Path, rank: int, result) -> None:
@@ -64,9 +64,9 @@ def main(jobdir: Path) -> int:
         import torch
         import torch.distributed as dist
 
-        from perfgate.faults import fault_from_env
-        from perfgate.launch import WorkerContext
-        from perfgate.liveness import start_heartbeat
+        from perfgate.launch.faults import fault_from_env
+        from perfgate.launch.jobs import WorkerContext
+        from perfgate.launch.liveness import start_heartbeat
 
         phase_path = jobdir / f"rank{rank}.phase"
         init_phase = "init_process_group (rendezvous with the other ranks)"

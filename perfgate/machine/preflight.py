@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 
-from perfgate.launch_core import tree_pids
+from perfgate.launch.core import tree_pids
 
 GiB = 1 << 30
 
@@ -303,6 +303,6 @@ def taint_reasons(limits: Limits | None = None, **overrides) -> list[str]:
     return reasons
 
 
-if __name__ == "__main__":  # `python -m perfgate.preflight`: what would taint a run here now
+if __name__ == "__main__":  # `python -m perfgate.machine.preflight`: what would taint a run here now
     found = taint_reasons()
     print("\n".join(found) if found else "clean: nothing would taint a measurement now")

@@ -16,11 +16,11 @@ from typing import Any, Iterator
 
 from filelock import FileLock
 
-from perfgate.atomic import write_json_atomic
-from perfgate.hardware_id import HardwareIdError, check_hardware_id
-from perfgate.metrics import Summary
-from perfgate.readers import Checker, ReadError, check_baseline_document, read_json
-from perfgate.safe_paths import check_area, inside_root
+from perfgate.store.atomic import write_json_atomic
+from perfgate.machine.hardware_id import HardwareIdError, check_hardware_id
+from perfgate.judge.metrics import Summary
+from perfgate.store.readers import Checker, ReadError, check_baseline_document, read_json
+from perfgate.store.safe_paths import check_area, inside_root
 
 SCHEMA_VERSION = 2  # 2: entries may carry `runs` (one summary per contributing run)
 READABLE_SCHEMAS = (1, 2)

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import t as student_t
 
-from perfgate.verdict import Outcome
+from perfgate.judge.verdict import Outcome
 
 DEFAULT_THRESHOLD = 0.03
 DEFAULT_CONFIDENCE = 0.95

@@ -7,14 +7,14 @@ plugin during a run and by `perfgate compare` on saved results, so both agree.
 """
 from __future__ import annotations
 
-from perfgate import guard, run_noise
-from perfgate.baselines import BaselineEntry
-from perfgate.config import ABS_FLOORS, ConfigError, Settings
-from perfgate.fingerprint_check import FingerprintDiff, not_comparable, other_workload
-from perfgate.metrics import RATIO_FAMILIES, UNIT_FAMILIES, Metric, summarize
-from perfgate.results import MetricResult, area_of
-from perfgate.run_noise import RunSummary
-from perfgate.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide, is_exact
+from perfgate.judge import guard, run_noise
+from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.config import ABS_FLOORS, ConfigError, Settings
+from perfgate.judge.fingerprint_check import FingerprintDiff, not_comparable, other_workload
+from perfgate.judge.metrics import RATIO_FAMILIES, UNIT_FAMILIES, Metric, summarize
+from perfgate.store.results import MetricResult, area_of
+from perfgate.judge.run_noise import RunSummary
+from perfgate.judge.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide, is_exact
 
 
 def is_gated(unit: str, hardware_id: str, gate: str) -> bool:
@@ -62,12 +62,12 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
              diff: FingerprintDiff | None = None, workload: dict | None = None) -> MetricResult:
     """Verdict for ``metric`` (or for ``samples`` pooled over re-measurements) against ``entry``.
 
-    ``baseline_id``/``fallback``: the id the entry came from (perfgate.baseline_choice); ``diff``:
-    how that baseline's machine differs from this one (perfgate.fingerprint_check). An absolute
+    ``baseline_id``/``fallback``: the id the entry came from (perfgate.judge.baseline_choice); ``diff``:
+    how that baseline's machine differs from this one (perfgate.judge.fingerprint_check). An absolute
     metric against a differing machine is ``not-comparable``, and so is any metric whose baseline
     identified another ``workload`` (the served model, its flags: PerfRecorder.identify); a
     not-gated one that got worse by a factor no measured noise explains fails through the
-    gross-change guard (perfgate.guard)."""
+    gross-change guard (perfgate.judge.guard)."""
     values = samples if samples is not None else list(metric.summary.samples)
     summary = summarize(values)
     tol = tolerance(settings, test_id, metric, entry)

@@ -20,8 +20,8 @@ import fnmatch
 import math
 from dataclasses import dataclass, field
 
-from perfgate.baselines import BaselineEntry
-from perfgate.verdict import Outcome, Verdict, worsening
+from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.verdict import Outcome, Verdict, worsening
 
 DEFAULT_FACTOR = 3.0
 DEFAULT_MARGIN = 2.0

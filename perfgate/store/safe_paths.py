@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from perfgate.hardware_id import HARDWARE_ID_PATTERN
+from perfgate.machine.hardware_id import HARDWARE_ID_PATTERN
 
 
 class PathError(ValueError):

@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.hardware_id import check_hardware_id
-from perfgate.readers import ReadError, read_toml
-from perfgate.safe_paths import inside_root
-from perfgate.guard import GuardConfigError, GuardSettings, apply as apply_guard, first_match
+from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.store.readers import ReadError, read_toml
+from perfgate.store.safe_paths import inside_root
+from perfgate.judge.guard import GuardConfigError, GuardSettings, apply as apply_guard, first_match
 
 DEFAULT_TOLERANCES = {
     "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
@@ -38,7 +38,7 @@ class Settings:
     # ``test_id_glob@metric_glob`` -> why it is recorded but never fails on this machine
     record_only: dict[str, str] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
-    gross_change: GuardSettings = field(default_factory=GuardSettings)  # perfgate.guard
+    gross_change: GuardSettings = field(default_factory=GuardSettings)  # perfgate.judge.guard
 
     def override_for(self, test_id: str, metric: str) -> float | None:
         """Most specific wins: a ``test_id@metric`` glob, then a ``test_id`` glob; None if neither."""

@@ -20,9 +20,9 @@ import zlib
 from pathlib import Path
 from typing import Any, NoReturn
 
-from perfgate.hardware_id import check_hardware_id
-from perfgate.metrics import DIRECTIONS, UNIT_FAMILIES
-from perfgate.safe_paths import check_area
+from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.judge.metrics import DIRECTIONS, UNIT_FAMILIES
+from perfgate.store.safe_paths import check_area
 
 
 class ReadError(ValueError):
@@ -193,7 +193,7 @@ def check_baseline_document(c: Checker, doc: dict) -> None:
 
 
 def check_result_entry(c: Checker, value: Any, key: str) -> None:
-    from perfgate.verdict import Outcome
+    from perfgate.judge.verdict import Outcome
 
     r = c.table(value, key)
     c.string(r.get("test_id"), f"{key}.test_id")

@@ -35,7 +35,7 @@ def stack_collective(log_text: str) -> str | None:
                       log_text, flags=re.M)
     for block in reversed(blocks[1:]):
         frames = [m for m in (_FRAME.match(line) for line in block.splitlines()) if m]
-        if not any("launch_worker" in f.group("file") and f.group("func") == "<module>" for f in frames):
+        if not any(f.group("file").replace("\\", "/").endswith("perfgate/launch/worker.py") and f.group("func") == "<module>" for f in frames):
             continue  # not the main thread of a rank
         found = _torch_frame(frames)
         if found:

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfgate import run_noise
-from perfgate.atomic import write_json_atomic
-from perfgate.baselines import BaselineEntry, now_iso
-from perfgate.metrics import Summary
-from perfgate.readers import Checker, ReadError, check_results_document, read_json
+from perfgate.judge import run_noise
+from perfgate.store.atomic import write_json_atomic
+from perfgate.store.baselines import BaselineEntry, now_iso
+from perfgate.judge.metrics import Summary
+from perfgate.store.readers import Checker, ReadError, check_results_document, read_json
 
 SCHEMA_VERSION = 1
 KIND = "perfgate-results"
@@ -110,7 +110,7 @@ def save(path: Path, document: dict) -> None:
 
 
 def load(path: Path) -> dict:
-    """A results file, checked down to every entry a command reads (perfgate.readers)."""
+    """A results file, checked down to every entry a command reads (perfgate.store.readers)."""
     path = Path(path)
     fix = "results files are written by `pytest --perf-save PATH`: re-run with --perf-save"
     try:
@@ -175,7 +175,7 @@ def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False) -
     for doc, name in zip(docs, names):
         for r in doc.get("results") or []:
             by_key.setdefault((r["test_id"], r["metric"]), []).append((doc, name, r))
-    from perfgate.metrics import summarize
+    from perfgate.judge.metrics import summarize
 
     results = []
     for contributions in by_key.values():

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from perfgate import cpu_info
-from perfgate.baselines import BaselineEntry, BaselineStore
-from perfgate.fingerprint_check import WORKLOAD_NOTE, FingerprintDiff, compare
-from perfgate.hardware import id_family
-from perfgate.results import area_of
+from perfgate.machine import cpu_info
+from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge.fingerprint_check import WORKLOAD_NOTE, FingerprintDiff, compare
+from perfgate.machine.hardware import id_family
+from perfgate.store.results import area_of
 
 _ISA_ORDER = {name: i for i, name in enumerate(cpu_info.ISA_LEVELS + cpu_info.ARM_ISA_LEVELS)}
 

@@ -1,0 +1,105 @@
+"""One pytest session's perfgate state: settings, hardware id, baselines, results so far.
+
+Built once per process in ``pytest_configure`` (the controller and each xdist worker); the
+plugin's hooks read and add to it. Bad input (a malformed baseline of this id, a bad option,
+a planted-bug knob with --perf-refresh) stops the session here, before anything runs.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from perfgate import mutations
+from perfgate.judge.baseline_choice import BaselineChooser, tolerances_id
+from perfgate.judge.config import ConfigError, load_settings
+from perfgate.machine import hardware
+from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.report.progress import SweepProgress
+from perfgate.runcache import RunCache
+from perfgate.store.baselines import BaselineStore
+from perfgate.store.results import MetricResult
+
+WORKER_KEY = "perfgate"  # what the xdist controller hands its workers in workerinput
+
+
+class PerfState:
+    def __init__(self, config: pytest.Config):
+        opt = config.getoption
+        baselines_dir = Path(opt("--perf-baselines")).resolve() if opt("--perf-baselines") else None
+        self.hardware_id = session_hardware_id(opt("--perf-hardware-id"))
+        self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)
+        tol_id = tolerances_id(self.settings.baselines, self.hardware_id)  # this id's, else its family's
+        if tol_id != self.hardware_id:
+            self.settings = load_settings(Path(config.rootpath), baselines_dir, tol_id)
+        if opt("--perf-retries") is not None:
+            if opt("--perf-retries") < 0:
+                raise ConfigError("--perf-retries must be >= 0")
+            self.settings.retries = opt("--perf-retries")
+        if opt("--perf-gate"):
+            self.settings.gate = opt("--perf-gate")
+        budget = opt("--perf-budget")
+        if budget is not None and budget <= 0:
+            raise ConfigError(f"--perf-budget must be a positive number of minutes, got {budget}")
+        self.budget_s = budget * 60 if budget else None
+        # Wall clock, so that xdist workers can count the budget from the controller's start.
+        self.started_wall = time.time()
+        self.strict = bool(opt("--perf-strict"))
+        self.allow_tainted = bool(opt("--perf-allow-tainted"))
+        self.store = BaselineStore(self.settings.baselines)
+        self.chooser = BaselineChooser(self.store, self.hardware_id, hardware.fingerprint)
+        self._check_baselines()
+        self.results: list[MetricResult] = []
+        self.attachments: dict[str, dict] = {}
+        self.skipped_by_budget: list[str] = []
+        self.interrupted = False
+        self.tainted: list[str] = []
+        self.progress = SweepProgress(budget_s=self.budget_s)
+        self.refresh_note: str | None = None
+        self.refresh_failed = False  # --perf-refresh wrote nothing (or stopped): the session must not pass
+        self.save_note: str | None = None
+        self.old_sigterm = None
+        self.runs = RunCache()
+
+    def _check_baselines(self) -> None:
+        """Read every baseline file of this hardware id (and of its family, whose ratios it may
+        use) now: a truncated or foreign file stops the session with its path and the fix, before
+        anything is measured or overwritten."""
+        for hw in [self.hardware_id] + self.chooser.family():
+            folder = self.store.root / hw
+            if folder.is_dir():
+                for path in sorted(folder.glob("*.json")):
+                    self.store.load(hw, path.stem)
+
+    def spent_s(self) -> float:
+        return time.time() - self.started_wall
+
+    def baseline(self, test_id: str, metric: str, *, ratio: bool = False):
+        return self.chooser.choose(test_id, metric, ratio=ratio)
+
+
+def session_hardware_id(option: str | None) -> str:
+    """The id this session measures under, checked with where it came from (it names a folder)."""
+    if option is not None:
+        return check_hardware_id(option, source="--perf-hardware-id")
+    if os.environ.get("PERFGATE_HARDWARE_ID"):
+        return check_hardware_id(os.environ["PERFGATE_HARDWARE_ID"], source="PERFGATE_HARDWARE_ID")
+    return check_hardware_id(hardware.hardware_id(), source="detected hardware id (perfgate fingerprint)")
+
+
+def check_mutations(config: pytest.Config) -> None:
+    """A planted test bug (perfgate.mutations) must never become a baseline."""
+    try:
+        names = mutations.active_names()
+    except mutations.MutationError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    if names and config.getoption("--perf-refresh"):
+        raise pytest.UsageError(f"perfgate: --perf-refresh refused: {mutations.ENV}={','.join(names)} plants "
+                                f"performance bugs; unset it to refresh baselines")
+
+
+def preflight_enabled(config: pytest.Config, hardware_id: str) -> bool:
+    mode = config.getoption("--perf-preflight")
+    return mode == "on" or (mode == "auto" and not hardware_id.startswith("cpu-"))
