@@ -51,6 +51,10 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("serialized_batching", "serving",
              "the vLLM server is started with --max-num-seqs 1: requests are served one at a time",
              "perfgate/workloads/serving/server.py (start_server)"),
+    Mutation("gpu_step_slowdown", "training",
+             "every GPU training step does a given fraction more device work (gpu_step_slowdown:0.10 = 10 %): "
+             "bf16 matrix products on the step's stream, calibrated to the step's device time",
+             "perfgate/workloads/training/engine.py (BuiltCase.run_step, perfgate/workloads/device_burn.py)"),
     Mutation("cache_fifo_eviction", "offload",
              "the expert cache (admit-after-N policy) evicts in insertion order instead of least recently used",
              "perfgate/workloads/offload/cache_sim.py (admit_after_hits)"),
@@ -61,10 +65,32 @@ class MutationError(ValueError):
     """PERFGATE_TEST_MUTATION names a mutation that does not exist."""
 
 
+def _parsed(environ=None) -> dict[str, float | None]:
+    """``name[:factor],...`` -> {name: factor or None}; raises on a bad factor."""
+    raw = (os.environ if environ is None else environ).get(ENV, "")
+    out: dict[str, float | None] = {}
+    for part in (p.strip() for p in raw.split(",")):
+        if not part:
+            continue
+        name, _, value = part.partition(":")
+        try:
+            out[name.strip()] = float(value) if value else None
+        except ValueError:
+            raise MutationError(f"{ENV}={raw!r}: factor {value!r} of {name!r} is not a number") from None
+        if value and not (0 < out[name.strip()] < 100):
+            raise MutationError(f"{ENV}={raw!r}: factor of {name!r} must be in (0, 100)")
+    return out
+
+
+def factor(name: str, environ=None) -> float | None:
+    """The factor given with mutation ``name`` (``name:0.1`` -> 0.1), or None when it is off or has none."""
+    return _parsed(environ).get(name) if name in active_names(environ) else None
+
+
 def active_names(environ=None) -> tuple[str, ...]:
     """The mutations switched on, in the order given; raises on an unknown name."""
     raw = (os.environ if environ is None else environ).get(ENV, "")
-    names = tuple(n.strip() for n in raw.split(",") if n.strip())
+    names = tuple(_parsed(environ))
     unknown = [n for n in names if n not in MUTATIONS]
     if unknown:
         raise MutationError(f"{ENV}={raw!r}: unknown mutation(s) {unknown}; known: {', '.join(MUTATIONS)} "

@@ -16,6 +16,9 @@ def _record_throughput(perf, s: CaseSummary) -> None:
     perf.record("step_ms", s.step_ms, unit="ms", better="lower")  # slowest rank per step
     if s.peak_alloc_gib:
         perf.record("peak_alloc_gib", s.peak_alloc_gib, unit="GiB", better="lower")
+    if s.device_busy_fraction:  # GPU: does the step time measure the device? (workloads/device_time.py)
+        perf.record("device_ms", s.device_ms, unit="ms", better="lower")
+        perf.record("device_busy_fraction", s.device_busy_fraction, unit="fraction", better="higher")
 
 
 def _record_tracked_memory(perf, s: CaseSummary) -> None:
@@ -27,7 +30,8 @@ def _record_tracked_memory(perf, s: CaseSummary) -> None:
 
 @pytest.fixture
 def record_throughput():
-    """tokens/s and slowest-rank step time per timed step; peak CUDA allocation on GPUs."""
+    """tokens/s and slowest-rank step time per timed step; on GPUs the peak CUDA allocation, the
+    device's busy time per step and its busy share (a step below 0.9 is host-bound)."""
     return _record_throughput
 
 

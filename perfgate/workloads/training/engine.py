@@ -1,10 +1,14 @@
-"""The one step loop every training case runs: warm-up, timed steps, memory-tracked steps.
+"""The one step loop every training case runs: warm-up, timed, device-profiled, memory-tracked steps.
 
 The DDP and FSDP modules build a :class:`BuiltCase` -- a ``step(i) -> loss`` closure
 (forward, backward and optimizer step ``i``), a tracker factory, an all-reduce counter --
 and :func:`run_cases` owns the rest: barriers, timing, device synchronisation, per-step
 peak memory, the per-rank result record, and the order of steps (one case after another,
 or round-robin). Keeping this in one place is what makes DDP and FSDP numbers comparable.
+
+Device time (GPU only, ``Schedule.profiled_steps``): a few further steps each run under
+torch.profiler (perfgate.workloads.device_time) give the device's busy time per step and its
+share of the step: the proof that a GPU step time measures the GPU, recorded beside it.
 
 Memory, by source:
 - GPU: ``torch.cuda.max_memory_allocated`` with the peak reset before every timed step.
@@ -24,6 +28,9 @@ from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+
+from perfgate import mutations
+from perfgate.workloads import device_burn, device_time
 
 # TEST-ONLY: a deliberate memory regression, so that the FSDP memory gate can be shown to fire.
 EXTRA_PARAM_COPY_ENV = "PERFGATE_TEST_EXTRA_PARAM_COPY"
@@ -56,6 +63,9 @@ class CaseResult:
     rss_bytes: list[int] = field(default_factory=list)  # after each timed step
     tracked_peak_bytes: list[int] = field(default_factory=list)  # per tracked step, tracker total
     tracked_categories: list[dict[str, int]] = field(default_factory=list)  # breakdown at each peak
+    device_busy_ms: list[float] = field(default_factory=list)  # per profiled step (CUDA only)
+    device_span_ms: list[float] = field(default_factory=list)  # per profiled step, CUDA events
+    burn_products: int = 0  # TEST-ONLY gpu_step_slowdown: matrix products added to each step
     tracker_error: str | None = None
     extra_param_copy: bool = False
     info: dict[str, Any] = field(default_factory=dict)
@@ -143,6 +153,7 @@ class BuiltCase:
     allreduce_counter: Callable[[], int] | None = None
     keepalive: list = field(default_factory=list)  # e.g. the TEST-ONLY extra parameter copy
     next_step: int = 0
+    burn: Any = None  # TEST-ONLY device work after each step (perfgate.workloads.device_burn)
 
     @property
     def active(self) -> bool:
@@ -151,13 +162,36 @@ class BuiltCase:
     def run_step(self) -> float:
         loss = self.step(self.next_step)
         self.next_step += 1
+        if self.burn is not None:
+            self.burn.run()
         return loss
 
 
-def _warmup(case: BuiltCase, schedule) -> None:
-    if case.active:
-        for _ in range(schedule.warmup_steps):
-            case.result.losses.append(case.run_step())
+def _warmup(case: BuiltCase, schedule, device: torch.device) -> None:
+    if not case.active:
+        return
+    for _ in range(schedule.warmup_steps):
+        case.result.losses.append(case.run_step())
+    fraction = mutations.factor("gpu_step_slowdown")
+    if fraction and device.type == "cuda":  # TEST-ONLY: calibrated on this case's own steps
+        spans = []
+        for _ in range(3):
+            spans.append(device_burn.step_span_ms(lambda: case.result.losses.append(case.run_step()), device))
+        case.burn = device_burn.calibrate(spans, fraction, device)
+        case.result.burn_products = case.burn.count
+
+
+def _profiled_steps(case: BuiltCase, schedule, device: torch.device) -> None:
+    """Steps under the profiler: device busy time and span per step (GPU only; never the timed ones)."""
+    if not (case.active and device.type == "cuda" and schedule.profiled_steps):
+        return
+    res = case.result
+    for _ in range(schedule.profiled_steps):
+        dist.barrier(group=case.group)
+        loss, window = device_time.measure(case.run_step, device)
+        res.device_busy_ms.append(window.busy_ms)
+        res.device_span_ms.append(window.span_ms)
+        res.losses.append(loss)
 
 
 def _timed_step(case: BuiltCase, device: torch.device) -> None:
@@ -230,10 +264,12 @@ def run_cases(builders: list[Callable[[], BuiltCase]], schedule, device: torch.d
         for build in builders:
             case = build()
             phase(f"{case.result.label}: warm-up")
-            _warmup(case, schedule)
+            _warmup(case, schedule, device)
             phase(f"{case.result.label}: timed steps")
             for _ in range(schedule.measured_steps):
                 _timed_step(case, device)
+            phase(f"{case.result.label}: device-profiled steps")
+            _profiled_steps(case, schedule, device)
             phase(f"{case.result.label}: memory-tracked steps")
             _tracked_steps(case, schedule, device)
             if case.active:
@@ -244,11 +280,13 @@ def run_cases(builders: list[Callable[[], BuiltCase]], schedule, device: torch.d
     cases = [build() for build in builders]
     for case in cases:
         phase(f"{case.result.label}: warm-up")
-        _warmup(case, schedule)
+        _warmup(case, schedule, device)
     phase("timed rounds over all cases")
     for _ in range(schedule.measured_steps):
         for case in cases:
             _timed_step(case, device)
+    for case in cases:
+        _profiled_steps(case, schedule, device)
     for case in cases:
         phase(f"{case.result.label}: memory-tracked steps")
         _tracked_steps(case, schedule, device)

@@ -51,6 +51,12 @@ CONFIGS: dict[str, GPTConfig] = {c.name: c for c in (
     # The seed report's models (§5: DDP, §6: FSDP), for GPUs.
     GPTConfig("gpt-110m", n_layer=12, d_model=768, n_head=12, vocab=32000, seq_len=512, tie_embeddings=True),
     GPTConfig("gpt-368m", n_layer=24, d_model=1024, n_head=16, vocab=32000, seq_len=256, tie_embeddings=False),
+    # Device-bound GPU cases: a step of thousands of tokens through a 1.3 B decoder keeps an H200
+    # busy for tens to hundreds of ms, so the step time measures the GPU, not the host that feeds it
+    # (the seed's models at their batch sizes step in a few ms of device work: host-bound).
+    GPTConfig("gpt-1.3b", n_layer=24, d_model=2048, n_head=16, vocab=32000, seq_len=2048, tie_embeddings=True),
+    GPTConfig("gpt-1.3b-untied", n_layer=24, d_model=2048, n_head=16, vocab=32000, seq_len=2048,
+              tie_embeddings=False),
     # CPU stand-ins: same architecture, sized so a step takes tens of milliseconds on one core.
     GPTConfig("gpt-tiny", n_layer=2, d_model=128, n_head=4, vocab=2048, seq_len=64, tie_embeddings=True),
     GPTConfig("gpt-tiny-untied", n_layer=8, d_model=128, n_head=4, vocab=2048, seq_len=64, tie_embeddings=False),

@@ -58,6 +58,7 @@ class Schedule:
     warmup_steps: int = 3
     measured_steps: int = 8
     tracked_steps: int = 0
+    profiled_steps: int = 0  # GPU: steps under the profiler for device busy time (never the timed ones)
 
     def __post_init__(self) -> None:
         if self.warmup_steps < 1:
@@ -68,10 +69,12 @@ class Schedule:
                             f"got {self.measured_steps}")
         if self.tracked_steps and self.tracked_steps < MIN_MEASURED_STEPS:
             raise SpecError(f"tracked_steps must be 0 or >= {MIN_MEASURED_STEPS}, got {self.tracked_steps}")
+        if self.profiled_steps and self.profiled_steps < MIN_MEASURED_STEPS:
+            raise SpecError(f"profiled_steps must be 0 or >= {MIN_MEASURED_STEPS}, got {self.profiled_steps}")
 
     @property
     def total_steps(self) -> int:
-        return self.warmup_steps + self.measured_steps + self.tracked_steps
+        return self.warmup_steps + self.measured_steps + self.profiled_steps + self.tracked_steps
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,10 @@ class CaseSummary:
     info: dict = field(default_factory=dict)
     # per timed step, the largest share of a rank's step spent blocked inside the comm hook (DDP)
     comm_blocked_fraction: list[float] = field(default_factory=list)
+    # GPU, per profiled step: the device's busy time (slowest rank) and the busy share of the step
+    # (least busy rank: the one the host held back); empty off-GPU (perfgate.workloads.device_time)
+    device_ms: list[float] = field(default_factory=list)
+    device_busy_fraction: list[float] = field(default_factory=list)
 
     @property
     def step_ms(self) -> list[float]:
@@ -57,7 +61,8 @@ class CaseSummary:
                 "allreduce_calls": self.allreduce_calls, "peak_alloc_gib": self.peak_alloc_gib,
                 "rss_mib": self.rss_mib, "tracked_peak_mib": self.tracked_peak_mib,
                 "categories_mib": self.categories_mib, "tracker_error": self.tracker_error,
-                "extra_param_copy": self.extra_param_copy, "info": self.info}
+                "extra_param_copy": self.extra_param_copy, "info": self.info, "device_ms": self.device_ms,
+                "device_busy_fraction": self.device_busy_fraction}
 
 
 def per_step_max(rows: Sequence[Sequence[float]]) -> list[float]:
@@ -100,7 +105,11 @@ def summarize_case(per_rank: Sequence) -> CaseSummary:
         tracker_error="; ".join(errors) or None,
         extra_param_copy=any(r.extra_param_copy for r in per_rank), info=dict(r0.info),
         comm_blocked_fraction=per_step_max([[b / s for b, s in zip(r.comm_blocked_s, r.step_s)] for r in per_rank])
-        if all(len(r.comm_blocked_s) == len(r.step_s) for r in per_rank) and r0.comm_blocked_s else [])
+        if all(len(r.comm_blocked_s) == len(r.step_s) for r in per_rank) and r0.comm_blocked_s else [],
+        device_ms=per_step_max([r.device_busy_ms for r in per_rank]) if r0.device_busy_ms else [],
+        device_busy_fraction=[-x for x in per_step_max([[-min(1.0, b / s) if s > 0 else 0.0
+                                                           for b, s in zip(r.device_busy_ms, r.device_span_ms)]
+                                                          for r in per_rank])] if r0.device_busy_ms else [])
 
 
 def summarize_job(results_per_rank: Sequence[Sequence]) -> dict[str, CaseSummary]:
