@@ -21,15 +21,24 @@ set -euo pipefail
 
 SET="${1:-minimal}"
 PIP="${2:-python3 -m pip}"
-# A piece travels with the working tree (tracked files: 39 MB on 2026-12-01, most of it
-# results in runs/), and a call carries 64 MiB in all: pieces fill what the tree leaves, less
-# 4 MB for files added before the pieces travel, and at most 40 MB.
-TREE_BYTES=$(cd "$ROOT" && git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# A piece travels with the working tree (what git tracks, or the whole folder outside a git
+# checkout), and a call carries 64 MiB in all: pieces fill what the tree leaves, less 4 MB for
+# files added before the pieces travel, and at most 40 MB. PIECE_BYTES overrides the size.
+if git -C "$ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    TREE_BYTES=$(cd "$ROOT" && git ls-files -z | xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+else
+    TREE_BYTES=$(du -sb --exclude=.vllm-whl --exclude=.vllm-carry "$ROOT" | cut -f1)
+    echo "fetch_vllm_gpu_wheels.sh: $ROOT is not a git checkout; sizing pieces by the whole folder ($TREE_BYTES bytes)" >&2
+fi
 ROOM=$(( 67108864 - TREE_BYTES - 4000000 ))
 [ "$ROOM" -gt 40000000 ] && ROOM=40000000
-PIECE_BYTES="${PIECE_BYTES:-$ROOM}"
-[ "$PIECE_BYTES" -ge 8000000 ] || { echo "the working tree ($TREE_BYTES bytes) leaves under 8 MB of a 64 MiB call for a piece; set PIECE_BYTES or carry from a smaller tree" >&2; exit 1; }
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+if [ -n "${PIECE_BYTES:-}" ]; then
+    [ "$PIECE_BYTES" -gt 0 ] 2>/dev/null || { echo "PIECE_BYTES must be a positive number of bytes, got '$PIECE_BYTES'" >&2; exit 2; }
+else
+    PIECE_BYTES=$ROOM
+    [ "$PIECE_BYTES" -ge 8000000 ] || { echo "the working tree ($TREE_BYTES bytes) leaves under 8 MB of a 64 MiB call for a piece; set PIECE_BYTES or carry from a smaller tree" >&2; exit 1; }
+fi
 WHL="$ROOT/.vllm-whl/$SET"
 CARRY="$ROOT/.vllm-carry"
 

@@ -15,7 +15,7 @@ LIMIT_S="${LIMIT_S:-560}"
 mkdir -p "$OUT"
 # NVLink multicast stays off on these machines, in every process we start.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-python3 -c "import perfgate" 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1
+python3 -c "import importlib.metadata as m; m.version(\"perfgate\")" 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null || exit 1
 env ${MUTATION:+PERFGATE_TEST_MUTATION=$MUTATION} timeout -s INT -k 30 "$LIMIT_S" \
     python3 -m pytest -m 1gpu perf/training -p no:cacheprovider --perf-save "$OUT/$RUN.json" "$@" \
     > "$OUT/$RUN-pytest.log" 2>&1

@@ -15,8 +15,9 @@ Two profiles:
   launches on the host); they stay for the seed's comparisons, their memory figures and their
   multi-GPU scaling, and every GPU case records its device-busy share, so the report says so.
 - ``GPU_LARGE``: the device-bound GPU cases: a 1.3 B decoder at sequence length 2048, so one
-  step is tens to hundreds of ms of device work and its time measures the GPU (busy >= 0.9;
-  tools/device_bound_probe.py shows step time against micro-batch). No bucket, accumulation
+  step is tens to hundreds of ms of device work and its time measures the GPU (busy >= 0.9 from
+  micro-batch 4 for DDP; FSDP at 8; tools/device_bound_probe.py shows step time against micro-batch:
+  on 1xH200 mb1 and mb2 read busy 0.57 and 0.74, host-bound, and say so). No bucket, accumulation
   or hook sweeps (the seed profile has them); micro-batch and FSDP at world 1, scaling and
   FSDP on more GPUs.
 """
@@ -92,7 +93,7 @@ GPU_LARGE = Profile(
     name="gpu-large", backend="nccl", amp="bf16", ddp_model="gpt-1.3b", fsdp_model="gpt-1.3b-untied",
     worlds=(1, 2, 4, 8), global_batch=16, micro_batch=2, microbatches=(1, 2, 4, 8), microbatch_worlds=(1,),
     bucket_caps_mb=(), bucket_reference_mb=25.0, sweep_worlds=(), accum_steps=4, hook_reduce_dtypes=(),
-    fsdp_worlds=(1, 2, 4, 8), fsdp_micro_batch=2, fsdp_reduce_dtypes=("fp32", "bf16"), fsdp_lowp_worlds=(1, 2, 4, 8),
+    fsdp_worlds=(1, 2, 4, 8), fsdp_micro_batch=8, fsdp_reduce_dtypes=("fp32", "bf16"), fsdp_lowp_worlds=(1, 2, 4, 8),
     ddp_schedule=Schedule(warmup_steps=3, measured_steps=10, tracked_steps=5, profiled_steps=5),
     fsdp_schedule=Schedule(warmup_steps=3, measured_steps=10, tracked_steps=5, profiled_steps=5),
     launch_timeout_s=900.0,
