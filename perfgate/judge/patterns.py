@@ -29,53 +29,45 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-_WILDCARD = re.compile(r"[*?[]")
+# The literal start of a glob: plain characters and one-character classes such as "[[]" or "[*]"
+# (not "[!x]", which excludes; fnmatch reads "[]]" as a literal "]").
+_LITERAL_START = re.compile(r"(?:[^*?[]|\[[^!]\])*")
+_ONE_CHAR_CLASS = re.compile(r"\[([^!])\]")
+_PLAIN_START = re.compile(r"[^*?[]*")
 
 
 def literal_prefix(glob: str) -> tuple[str, bool]:
     """(the characters every match starts with, whether the glob matches only that string)."""
-    out, i = [], 0
-    while True:
-        m = _WILDCARD.search(glob, i)
-        if m is None:
-            out.append(glob[i:])
-            return "".join(out), True
-        j = m.start()
-        out.append(glob[i:j])
-        if glob[j] == "[" and j + 2 < len(glob) and glob[j + 2] == "]" and glob[j + 1] != "!":
-            out.append(glob[j + 1])  # "[[]", "[*]": one literal character
-            i = j + 3
-            continue
-        return "".join(out), False
+    head = _LITERAL_START.match(glob).group()
+    literal = _ONE_CHAR_CLASS.sub(lambda m: m.group(1), head) if "[" in head else head
+    return literal, len(head) == len(glob)
 
 
-@dataclass
 class _Rule:
-    pattern: str
-    value: Any
-    order: int
-    test: str
-    metric: str | None
-    test_literal: str
-    test_exact: bool
-    metric_literal: str
-    metric_exact: bool
-    _regex: tuple | None = field(default=None, repr=False)
+    """One pattern. Only what indexing needs is worked out when the table is built; the rest
+    (specificity, compiled globs) when a lookup first meets the rule."""
 
-    @classmethod
-    def parse(cls, pattern: str, value: Any, order: int) -> "_Rule":
-        test, sep, metric = pattern.partition("@")
-        t_lit, t_exact = literal_prefix(test)
-        m_lit, m_exact = literal_prefix(metric) if sep else ("", False)
-        return cls(pattern, value, order, test, metric if sep else None, t_lit, t_exact, m_lit, m_exact)
+    def __init__(self, pattern: str, value: Any, order: int):
+        self.pattern, self.value, self.order = pattern, value, order
+        self.test, sep, metric = pattern.partition("@")
+        self.metric = metric if sep else None
+        self.metric_literal, self.metric_exact = literal_prefix(metric) if sep else ("", False)
+        plain = _PLAIN_START.match(self.test).end()
+        self.test_exact = plain == len(self.test) or _LITERAL_START.match(self.test).end() == len(self.test)
+        # an exact test id is its own bucket; a glob's plain start is a prefix of every test id it matches
+        self.bucket = literal_prefix(self.test)[0] if self.test_exact else self.test[:plain]
+        self._specificity: tuple | None = None
+        self._regex: tuple | None = None
 
     @property
     def specificity(self) -> tuple:
-        return (self.test_exact, self.metric is not None, len(self.test_literal), self.metric_exact,
-                len(self.metric_literal), self.order)
+        if self._specificity is None:
+            test_literal = literal_prefix(self.test)[0]
+            self._specificity = (self.test_exact, self.metric is not None, len(test_literal), self.metric_exact,
+                                 len(self.metric_literal), self.order)
+        return self._specificity
 
     def matches(self, test_id: str, metric: str) -> bool:
         if self._regex is None:
@@ -83,7 +75,7 @@ class _Rule:
                            None if self.metric is None or self.metric_exact
                            else re.compile(fnmatch.translate(self.metric)))
         t_re, m_re = self._regex
-        if (test_id != self.test_literal) if t_re is None else not t_re.match(test_id):
+        if (test_id != self.bucket) if t_re is None else not t_re.match(test_id):
             return False
         if self.metric is None:
             return True
@@ -147,8 +139,8 @@ class PatternTable(MutableMapping):
             exact: dict[str, _Bucket] = {}
             by_prefix: dict[str, _Bucket] = {}
             for order, (pattern, value) in enumerate(self._data.items()):
-                rule = _Rule.parse(pattern, value, order)
-                (exact if rule.test_exact else by_prefix).setdefault(rule.test_literal, _Bucket()).add(rule)
+                rule = _Rule(pattern, value, order)
+                (exact if rule.test_exact else by_prefix).setdefault(rule.bucket, _Bucket()).add(rule)
             self._index = (exact, by_prefix, sorted({len(p) for p in by_prefix}))
             self._answers = {}
         return self._index
