@@ -264,3 +264,14 @@ def test_every_gradient_in_one_bucket_fails_as_a_regression(bucket_project, monk
     assert r["baseline"]["hardware_id"] == "cpu-Bar-avx512-4c" and r["baseline"]["reach"] == "any id"
     monkeypatch.setenv("CALLS_PER_STEP", "14")  # a second all-reduce per bucket: worse, fails as ever
     bucket_project.runpytest("--perf-hardware-id=cpu-Foo-avx2-2c", "-p", "no:cacheprovider").assert_outcomes(failed=1)
+
+
+def test_an_exact_count_that_moved_either_way_fails_and_only_an_exact_one():
+    from perfgate.judge.verdict import Outcome, decide
+    fewer = decide([7.0] * 5, [1.0] * 5, better="lower", tol=0.0, exact=True, either_way=True)
+    assert fewer.outcome is Outcome.REGRESSION and "(7 -> 1; tolerance 0.0%)" in fewer.explanation
+    assert decide([7.0] * 5, [8.0] * 5, better="lower", tol=0.0, exact=True, either_way=True).outcome is Outcome.REGRESSION
+    assert decide([7.0] * 5, [7.0] * 5, better="lower", tol=0.0, exact=True, either_way=True).outcome is Outcome.PASS
+    assert decide([7.0] * 5, [1.0] * 5, better="lower", tol=0.0, exact=True).outcome is Outcome.IMPROVED  # ratios
+    spread = decide([6.0, 7.0, 8.0, 7.0, 7.0], [1.0, 2.0, 1.0, 1.5, 1.0], better="lower", tol=0.0, either_way=True)
+    assert spread.outcome is Outcome.IMPROVED  # not deterministic: the direction decides, as for any metric

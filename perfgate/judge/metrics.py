@@ -13,8 +13,8 @@ import numpy as np
 
 MAX_STORED_SAMPLES = 200
 
-# Unit -> family. The family picks the default tolerance and whether the metric is a
-# ratio measured inside one run (gated everywhere) or an absolute figure (gated on GPU ids).
+# Unit -> family. The family picks the default tolerance and what the metric depends on unless it
+# says (default_depends): a ratio measured inside one run, a count, or an absolute figure.
 UNIT_FAMILIES: dict[str, str] = {
     "GB/s": "bandwidth", "MB/s": "bandwidth", "GiB/s": "bandwidth", "Gbit/s": "bandwidth",
     "tok/s": "throughput", "req/s": "throughput", "samples/s": "throughput", "IOPS": "throughput",
@@ -153,10 +153,6 @@ class Metric:
     @property
     def family(self) -> str:
         return unit_family(self.unit)
-
-    @property
-    def is_ratio(self) -> bool:
-        return self.family in RATIO_FAMILIES
 
 
 def paired_ratio(numerator: Sequence[float], denominator: Sequence[float], *,
