@@ -21,6 +21,7 @@ from perfgate.judge.fingerprint_check import compare
 from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import DEVICE_BOUND, Metric, MetricError, summarize
 from perfgate.judge.policy import GatePolicy
+from perfgate.judge.verdict import Outcome, decide
 from perfgate.recorder import PerfRecorder
 from perfgate.store import results as results_mod
 from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
@@ -267,7 +268,6 @@ def test_every_gradient_in_one_bucket_fails_as_a_regression(bucket_project, monk
 
 
 def test_an_exact_count_that_moved_either_way_fails_and_only_an_exact_one():
-    from perfgate.judge.verdict import Outcome, decide
     fewer = decide([7.0] * 5, [1.0] * 5, better="lower", tol=0.0, exact=True, either_way=True)
     assert fewer.outcome is Outcome.REGRESSION and "(7 -> 1; tolerance 0.0%)" in fewer.explanation
     assert decide([7.0] * 5, [8.0] * 5, better="lower", tol=0.0, exact=True, either_way=True).outcome is Outcome.REGRESSION
