@@ -22,8 +22,9 @@ import threading
 
 import pytest
 
-from perfgate.judge.config import GATE_MODES, ConfigError
+from perfgate.judge.config import ConfigError
 from perfgate.judge.gate import evaluate
+from perfgate.judge.policy import GATE_MODES
 from perfgate.judge.verdict import Outcome, fails
 from perfgate.machine import hardware
 from perfgate.machine.hardware_id import HardwareIdError
@@ -32,7 +33,7 @@ from perfgate.recorder import PerfRecorder
 from perfgate.report import outputs, run_report
 from perfgate.report.textable import resolve_width
 from perfgate.runcache import RunCache
-from perfgate.session import WORKER_KEY, PerfState, check_mutations, preflight_enabled
+from perfgate.session import WORKER_KEY, PerfState, check_mutations
 from perfgate.store import interrupts
 from perfgate.store.baselines import BaselineError
 from perfgate.store.readers import ReadError
@@ -101,7 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
         state.started_wall = handed.get("started_wall", state.started_wall)
         state.tainted = list(handed.get("tainted", []))
         return
-    if preflight_enabled(config, state.hardware_id):
+    if state.policy.preflight(config.getoption("--perf-preflight")):
         from perfgate.machine import preflight
 
         state.tainted = list(preflight.taint_reasons())
@@ -182,12 +183,11 @@ def runs(request: pytest.FixtureRequest) -> RunCache:
 
 def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool) -> list[MetricResult]:
     out = []
+    context = state.context()
     for name, metric in rec.metrics.items():
-        choice = state.baseline(rec.test_id, name, ratio=metric.is_ratio)
-        r = evaluate(rec.test_id, metric, choice.entry, settings=state.settings, hardware_id=state.hardware_id,
-                     samples=rec.pooled(name) if pooled else None, attempts=len(rec.attempts),
-                     tainted=None if state.allow_tainted else state.tainted, baseline_id=choice.hardware_id,
-                     fallback=choice.fallback, diff=choice.diff, workload=rec.workload)
+        choice = state.chooser.choose(rec.test_id, name, dependency=metric.dependency)
+        r = evaluate(rec.test_id, metric, choice, context, samples=rec.pooled(name) if pooled else None,
+                     attempts=len(rec.attempts), workload=rec.workload)
         if state.allow_tainted and state.tainted:
             r.tainted = list(state.tainted)  # gated as asked, still labelled (and kept out of refreshes)
         out.append(r)

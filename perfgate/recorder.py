@@ -43,15 +43,25 @@ class PerfRecorder:
         return self.attempts[-1]
 
     def record(self, name: str, samples: Sequence[float], *, unit: str, better: str,
-               tol: float | None = None) -> Metric:
-        """Record repeated measurements of one metric. ``tol`` overrides the unit family default."""
+               tol: float | None = None, depends: str | None = None,
+               device_busy: float | None = None) -> Metric:
+        """Record repeated measurements of one metric. ``tol`` overrides the unit family default.
+
+        ``depends``: what the number depends on, which decides what it is compared with (``nothing``:
+        an exact count, judged against any machine's baseline; ``family``: an in-run ratio; ``device``:
+        GPU memory or device time, judged across hosts that differ only in the host CPU; ``host``: the
+        whole machine). Left out, it follows the unit: count -> nothing, x/fraction -> family, else host.
+        ``device_busy``: the measured share (0..1) of the timed region the device was busy, beside a GPU
+        timing; at >= 0.9 (metrics.DEVICE_BOUND) here and in the baseline a host timing is judged as
+        ``device``. docs/hardware-ids.md has the table."""
         if not name or not isinstance(name, str):
             raise MetricError(f"metric name must be a non-empty string, got {name!r}")
         if name in self.metrics:
             raise MetricError(f"{self.test_id}: metric {name!r} recorded twice in one run")
         if isinstance(samples, (int, float)):
             samples = [samples]
-        metric = Metric(name=name, unit=unit, better=better, summary=summarize(samples), tol=tol)
+        metric = Metric(name=name, unit=unit, better=better, summary=summarize(samples), tol=tol, depends=depends,
+                        device_busy=device_busy)
         self.metrics[name] = metric
         return metric
 

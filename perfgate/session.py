@@ -6,17 +6,18 @@ a planted-bug knob with --perf-refresh) stops the session here, before anything 
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 from perfgate import mutations
-from perfgate.judge.baseline_choice import BaselineChooser, tolerances_id
+from perfgate.judge.baseline_choice import BaselineChooser
 from perfgate.judge.config import ConfigError, load_settings
+from perfgate.judge.gate import Context
+from perfgate.judge.policy import GatePolicy
 from perfgate.machine import hardware
-from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.machine.hardware_id import resolve_hardware_id
 from perfgate.report.progress import SweepProgress
 from perfgate.runcache import RunCache
 from perfgate.store.baselines import BaselineStore
@@ -29,11 +30,8 @@ class PerfState:
     def __init__(self, config: pytest.Config):
         opt = config.getoption
         baselines_dir = Path(opt("--perf-baselines")).resolve() if opt("--perf-baselines") else None
-        self.hardware_id = session_hardware_id(opt("--perf-hardware-id"))
-        self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)
-        tol_id = tolerances_id(self.settings.baselines, self.hardware_id)  # this id's, else its family's
-        if tol_id != self.hardware_id:
-            self.settings = load_settings(Path(config.rootpath), baselines_dir, tol_id)
+        self.hardware_id = resolve_hardware_id(opt("--perf-hardware-id"))
+        self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)  # once
         if opt("--perf-retries") is not None:
             if opt("--perf-retries") < 0:
                 raise ConfigError("--perf-retries must be >= 0")
@@ -48,6 +46,7 @@ class PerfState:
         self.started_wall = time.time()
         self.strict = bool(opt("--perf-strict"))
         self.allow_tainted = bool(opt("--perf-allow-tainted"))
+        self.policy = GatePolicy.of(self.hardware_id, self.settings)  # after --perf-gate
         self.store = BaselineStore(self.settings.baselines)
         self.chooser = BaselineChooser(self.store, self.hardware_id, hardware.fingerprint)
         self._check_baselines()
@@ -76,17 +75,10 @@ class PerfState:
     def spent_s(self) -> float:
         return time.time() - self.started_wall
 
-    def baseline(self, test_id: str, metric: str, *, ratio: bool = False):
-        return self.chooser.choose(test_id, metric, ratio=ratio)
-
-
-def session_hardware_id(option: str | None) -> str:
-    """The id this session measures under, checked with where it came from (it names a folder)."""
-    if option is not None:
-        return check_hardware_id(option, source="--perf-hardware-id")
-    if os.environ.get("PERFGATE_HARDWARE_ID"):
-        return check_hardware_id(os.environ["PERFGATE_HARDWARE_ID"], source="PERFGATE_HARDWARE_ID")
-    return check_hardware_id(hardware.hardware_id(), source="detected hardware id (perfgate fingerprint)")
+    def context(self) -> Context:
+        """What every metric of this session is judged with; a busy machine's taint unless
+        --perf-allow-tainted (then gated anyway, the plugin still labels the results)."""
+        return Context(self.settings, self.policy, () if self.allow_tainted else tuple(self.tainted))
 
 
 def check_mutations(config: pytest.Config) -> None:
@@ -99,7 +91,3 @@ def check_mutations(config: pytest.Config) -> None:
         raise pytest.UsageError(f"perfgate: --perf-refresh refused: {mutations.ENV}={','.join(names)} plants "
                                 f"performance bugs; unset it to refresh baselines")
 
-
-def preflight_enabled(config: pytest.Config, hardware_id: str) -> bool:
-    mode = config.getoption("--perf-preflight")
-    return mode == "on" or (mode == "auto" and not hardware_id.startswith("cpu-"))

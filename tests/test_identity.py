@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from perfgate.machine import cpu_info, gpu_info, hardware
-from perfgate.judge.baseline_choice import BaselineChooser, family_candidates, report_notes, tolerances_id
+from perfgate.judge.baseline_choice import BaselineChooser, Choice, family_candidates, report_notes, tolerances_id
 from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.judge.config import ConfigError, Settings, load_settings
 from perfgate.judge.fingerprint_check import compare
-from perfgate.judge.gate import evaluate
+from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric, summarize
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,79}$")
@@ -239,12 +239,12 @@ def test_not_comparable_report_for_absolute_metrics_on_a_gpu_id():
     diff = compare(cpu_fp(ZEN4), cpu_fp(MILAN))
     settings = Settings(baselines=Path("."))
     slow = [x * 26 for x in TTFT_BASE[:5]]
-    r = evaluate(TID, metric("ttft_median_ours_ms", slow), entry(TTFT_BASE), settings=settings,
-                 hardware_id="1xH200", diff=diff, baseline_id="1xH200")
+    r = evaluate(TID, metric("ttft_median_ours_ms", slow), Choice(entry(TTFT_BASE), "1xH200", False, diff),
+                 Context.of(settings, "1xH200"))
     assert r.outcome == "not-comparable" and r.gated
     assert "cpu.isa: avx512 (baseline) -> avx2 (here)" in r.verdict["explanation"]
     ratio = evaluate(TID, metric("speedup", [2.0] * 5, unit="x", better="higher"),
-                     entry([2.0] * 5, unit="x", better="higher"), settings=settings, hardware_id="1xH200", diff=diff)
+                     Choice(entry([2.0] * 5, unit="x", better="higher"), None, False, diff), Context.of(settings, "1xH200"))
     assert ratio.outcome == "pass"  # ratios are still judged
     notes = report_notes([r, ratio], "1xH200")
     assert len(notes) == 1 and "1 absolute metric(s) not comparable" in notes[0] and "cpu.isa" in notes[0]
@@ -256,15 +256,15 @@ def test_a_26x_recorded_only_ttft_fails_through_the_guard():
     settings = Settings(baselines=Path("."))
     same = compare(cpu_fp(ZEN4), cpu_fp(ZEN4, software={"torch": "2.14.0+cpu"}))
     slow = [x * 26 for x in TTFT_BASE[:5]]
-    r = evaluate(TID, metric("ttft_median_ours_ms", slow), entry(TTFT_BASE), settings=settings,
-                 hardware_id="cpu-AMD-EPYC-avx512-2c", diff=same)
+    r = evaluate(TID, metric("ttft_median_ours_ms", slow), Choice(entry(TTFT_BASE), None, False, same),
+                 Context.of(settings, "cpu-AMD-EPYC-avx512-2c"))
     assert r.gated and r.outcome == "regression"
     text = r.verdict["explanation"]
     assert "gross change" in text and "3.0x limit" in text and "26.0x worse" in text
     assert "torch: 2.13.0+cpu (baseline) -> 2.14.0+cpu (here)" in text
     old_fp = {"gpus": [], "links": [], "cpu": {"model": "AMD EPYC", "cores": 2, "numa_nodes": 1, "arch": "x86_64"}}
-    r = evaluate(TID, metric("ttft_median_ours_ms", slow), entry(TTFT_BASE), settings=settings,
-                 hardware_id="cpu-AMD-EPYC-avx512-2c", diff=compare(old_fp, cpu_fp(ZEN4)))
+    r = evaluate(TID, metric("ttft_median_ours_ms", slow), Choice(entry(TTFT_BASE), None, False,
+                 compare(old_fp, cpu_fp(ZEN4))), Context.of(settings, "cpu-AMD-EPYC-avx512-2c"))
     assert r.gated and "not recorded with the baseline, so unchecked: cpu.vendor" in r.verdict["explanation"]
     assert "cpu.isa" in r.verdict["explanation"]
 
@@ -272,14 +272,13 @@ def test_a_26x_recorded_only_ttft_fails_through_the_guard():
 def test_the_guard_ignores_noise_improvements_and_tainted_runs():
     settings = Settings(baselines=Path("."))
     hw = "cpu-AMD-EPYC-avx512-2c"
-    twice = evaluate(TID, metric("ttft_median_ours_ms", [x * 2 for x in TTFT_BASE[:5]]), entry(TTFT_BASE),
-                     settings=settings, hardware_id=hw)
+    base, context = Choice(entry(TTFT_BASE), None, False, None), Context.of(settings, hw)
+    twice = evaluate(TID, metric("ttft_median_ours_ms", [x * 2 for x in TTFT_BASE[:5]]), base, context)
     assert not twice.gated and twice.outcome == "regression"  # recorded, not gated, not gross
-    faster = evaluate(TID, metric("ttft_median_ours_ms", [x / 26 for x in TTFT_BASE[:5]]), entry(TTFT_BASE),
-                      settings=settings, hardware_id=hw)
+    faster = evaluate(TID, metric("ttft_median_ours_ms", [x / 26 for x in TTFT_BASE[:5]]), base, context)
     assert not faster.gated
-    tainted = evaluate(TID, metric("ttft_median_ours_ms", [x * 26 for x in TTFT_BASE[:5]]), entry(TTFT_BASE),
-                       settings=settings, hardware_id=hw, tainted=["load 9 on 2 cores"])
+    tainted = evaluate(TID, metric("ttft_median_ours_ms", [x * 26 for x in TTFT_BASE[:5]]), base,
+                       Context.of(settings, hw, tainted=["load 9 on 2 cores"]))
     assert not tainted.gated
 
 
@@ -287,12 +286,13 @@ def test_the_guard_widens_with_the_baselines_own_swing_and_configured_factors():
     settings = Settings(baselines=Path("."))
     hw = "cpu-AMD-EPYC-avx512-2c"
     swinging = [10.0, 10.2, 9.9, 10.1, 10.0, 80.0]  # one starved sample, 7.96x the median: limit 15.9x
-    r = evaluate(TID, metric("ttft_ms", [120.0] * 5), entry(swinging), settings=settings, hardware_id=hw)
+    base, context = Choice(entry(swinging), None, False, None), Context.of(settings, hw)
+    r = evaluate(TID, metric("ttft_ms", [120.0] * 5), base, context)
     assert not r.gated
-    r = evaluate(TID, metric("ttft_ms", [170.0] * 5), entry(swinging), settings=settings, hardware_id=hw)
+    r = evaluate(TID, metric("ttft_ms", [170.0] * 5), base, context)
     assert r.gated and "2 x the baseline's own worst swing 7.96x" in r.verdict["explanation"]
     settings.gross_change.factors["perf/serving/*@ttft_ms"] = 40.0
-    r = evaluate(TID, metric("ttft_ms", [170.0] * 5), entry(swinging), settings=settings, hardware_id=hw)
+    r = evaluate(TID, metric("ttft_ms", [170.0] * 5), base, context)
     assert not r.gated
 
 
@@ -347,15 +347,15 @@ def test_ratios_fall_back_to_the_nearest_family_id_and_absolute_figures_never_do
     here = cpu_fp(ZEN4)
     chooser = BaselineChooser(store, hardware.hardware_id(here), lambda: here)
     tid = "perf/offload/test_reads.py::test_parallel"
-    ratio = chooser.choose(tid, "speedup", ratio=True)
+    ratio = chooser.choose(tid, "speedup", dependency="family")
     assert ratio.hardware_id == "cpu-AMD-EPYC-isaunknown-2c" and ratio.fallback and ratio.diff.comparable
-    assert chooser.choose(tid, "read_ms", ratio=False).entry is None
+    assert chooser.choose(tid, "read_ms", dependency="host").entry is None
     settings = Settings(baselines=tmp_path)
-    r = evaluate(tid, metric("speedup", [2.0] * 5, unit="x", better="higher"), ratio.entry, settings=settings,
-                 hardware_id=chooser.hardware_id, baseline_id=ratio.hardware_id, fallback=True, diff=ratio.diff)
+    r = evaluate(tid, metric("speedup", [2.0] * 5, unit="x", better="higher"), ratio,
+                 Context.of(settings, chooser.hardware_id))
     assert r.outcome == "pass" and r.baseline["hardware_id"] == "cpu-AMD-EPYC-isaunknown-2c"
     assert report_notes([r], chooser.hardware_id) == [
-        "1 ratio metric(s) judged against the baseline of cpu-AMD-EPYC-isaunknown-2c: cpu-AMD-EPYC-avx512-2c has "
+        "1 ratio or count metric(s) judged against the baseline of cpu-AMD-EPYC-isaunknown-2c: cpu-AMD-EPYC-avx512-2c has "
         "none of its own (same family; absolute figures never fall back)"]
 
 
@@ -441,7 +441,7 @@ def test_plugin_keeps_gating_ratios_against_the_family_baseline(project, monkeyp
     res = run(project, "cpu-Test-avx2-2c")
     res.assert_outcomes(passed=1, failed=1)
     res.stdout.fnmatch_lines(["*parallel_over_sequential: worse by +50.0%*",
-                              "*1 ratio metric(s) judged against the baseline of cpu-Test-isaunknown-2c: "
+                              "*1 ratio or count metric(s) judged against the baseline of cpu-Test-isaunknown-2c: "
                               "cpu-Test-avx2-2c has none of its own*",
                               "*1 metric(s) have no baseline for cpu-Test-avx2-2c*"])
 

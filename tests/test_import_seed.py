@@ -19,7 +19,8 @@ from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.cli import main
 from perfgate.commands.import_seed import DEFAULT_SEED, entry_for, load_seed
 from perfgate.judge.config import Settings
-from perfgate.judge.gate import evaluate
+from perfgate.judge.baseline_choice import Choice
+from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import UNIT_FAMILIES, Metric, summarize
 from perfgate.store.results import area_of
 
@@ -171,7 +172,7 @@ def test_a_v100_run_is_judged_against_the_report():
 
     def verdict(samples):
         metric = Metric(name=n.metric, unit=n.unit, better=n.better, summary=summarize(samples))
-        return evaluate(n.test_id, metric, entry, settings=settings, hardware_id=HW)
+        return evaluate(n.test_id, metric, Choice(entry, HW, False, None), Context.of(settings, HW))
 
     slow = verdict([6.1, 6.0, 6.2, 6.05, 6.15])  # 20 % below the report's 7.60 GB/s
     assert slow.outcome == "regression" and slow.gated

@@ -4,7 +4,9 @@ from __future__ import annotations
 import pytest
 
 from perfgate.judge.config import ConfigError, load_settings
-from perfgate.judge.gate import is_gated, tolerance
+from perfgate.judge.baseline_choice import Choice
+from perfgate.judge.gate import Context, evaluate, tolerance
+from perfgate.judge.policy import GatePolicy
 from perfgate.judge.metrics import MAX_STORED_SAMPLES, Metric, MetricError, summarize
 
 
@@ -83,11 +85,13 @@ def test_tolerances_toml_in_baselines_folder(tmp_path):
 
 
 def test_gating_modes():
-    assert is_gated("x", "cpu-AMD-EPYC-2c", "auto")
-    assert not is_gated("GB/s", "cpu-AMD-EPYC-2c", "auto")
-    assert is_gated("GB/s", "2xH200-NV18", "auto")
-    assert is_gated("GB/s", "cpu-AMD-EPYC-2c", "all")
-    assert not is_gated("GB/s", "2xH200-NV18", "ratios")
+    def gates(dependency, hw, mode):
+        return GatePolicy(hw, mode).gates("perf/a/test_t.py::t", "m", dependency)
+    assert gates("family", "cpu-AMD-EPYC-2c", "auto") and gates("nothing", "cpu-AMD-EPYC-2c", "auto")
+    assert not gates("host", "cpu-AMD-EPYC-2c", "auto") and not gates("device", "cpu-AMD-EPYC-2c", "auto")
+    assert gates("host", "2xH200-NV18", "auto") and gates("device", "2xH200-NV18", "auto")
+    assert gates("host", "cpu-AMD-EPYC-2c", "all")
+    assert not gates("host", "2xH200-NV18", "ratios") and gates("nothing", "2xH200-NV18", "ratios")
 
 
 def test_calibrated_baseline_tolerance_beats_the_tests_own(tmp_path):
@@ -113,7 +117,6 @@ def test_hardware_specific_tolerances_apply_only_to_that_hardware(tmp_path):
 
 
 def test_record_only_metrics_are_kept_but_never_gated(tmp_path):
-    from perfgate.judge.gate import evaluate
 
     root = write(tmp_path, "")
     hw = tmp_path / "baselines" / "cpu-Noisy-2c"
@@ -125,10 +128,10 @@ def test_record_only_metrics_are_kept_but_never_gated(tmp_path):
     tid = "perf/s/t.py::test_rate[cpu]"
     assert s.record_only_reason(tid, m.name) == "moves by whole requests"
     assert s.record_only_reason(tid, other.name) is None
-    assert not evaluate(tid, m, None, settings=s, hardware_id="cpu-Noisy-2c").gated
-    assert evaluate(tid, other, None, settings=s, hardware_id="cpu-Noisy-2c").gated
+    assert not evaluate(tid, m, Choice.none(), Context.of(s, "cpu-Noisy-2c")).gated
+    assert evaluate(tid, other, Choice.none(), Context.of(s, "cpu-Noisy-2c")).gated
     s.gate = "all"  # --perf-gate=all gates everything, record_only included
-    assert evaluate(tid, m, None, settings=s, hardware_id="cpu-Noisy-2c").gated
+    assert evaluate(tid, m, Choice.none(), Context.of(s, "cpu-Noisy-2c")).gated
     assert load_settings(root, hardware_id="2xH200-NV18").record_only == {}
 
 

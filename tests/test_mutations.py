@@ -24,7 +24,7 @@ import pytest
 from perfgate.judge import gate
 from perfgate import mutations
 from perfgate.store import results as results_mod
-from perfgate.judge.baseline_choice import BaselineChooser, tolerances_id
+from perfgate.judge.baseline_choice import BaselineChooser, Choice
 from perfgate.store.baselines import BaselineStore
 from perfgate.judge.config import ConfigError, load_settings
 from perfgate.judge.metrics import Metric, summarize
@@ -140,18 +140,17 @@ def judge(mutated: dict, test_id: str, name: str, *, baseline: dict | None = Non
     """The gate's verdict on ``name`` of the mutated run, against the clean run (``baseline``) or,
     when None, the committed baseline of this hardware id."""
     hw = mutated["hardware_id"]
-    settings = load_settings(ROOT, hardware_id=hw)
-    settings = load_settings(ROOT, hardware_id=tolerances_id(settings.baselines, hw))
+    settings = load_settings(ROOT, hardware_id=hw)  # this id's tolerances.toml, else its family's
     if baseline is not None:
         entry = results_mod.baseline_entries(baseline)[results_mod.area_of(test_id)][test_id][name]
     else:  # as the plugin chooses: this id's baseline, else (a ratio) its family's
         chooser = BaselineChooser(BaselineStore(settings.baselines), hw, lambda: mutated.get("fingerprint") or {})
-        entry = chooser.choose(test_id, name, ratio=True).entry
+        entry = chooser.choose(test_id, name, dependency="family").entry
         if entry is None:
             pytest.skip(f"no committed baseline of {test_id} {name} for hardware id {hw} or its family")
     r = _metric(mutated, test_id, name)
     metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary)
-    return gate.evaluate(test_id, metric, entry, settings=settings, hardware_id=hw)
+    return gate.evaluate(test_id, metric, Choice(entry, hw, False, None), gate.Context.of(settings, hw))
 
 
 def assert_fires(result) -> None:
@@ -244,7 +243,7 @@ def test_skewed_stage_split_moves_the_stage_parameters(monkeypatch):
         "the committed stage_param_imbalance no longer matches the workload's 4/4 split"
     for value, outcome in ((clean, "pass"), (skewed, "regression")):
         metric = Metric("stage_param_imbalance", "x", "lower", summarize([value]))
-        r = gate.evaluate(test_id, metric, entry, settings=settings, hardware_id=hw)
+        r = gate.evaluate(test_id, metric, Choice(entry, hw, False, None), gate.Context.of(settings, hw))
         assert r.gated and r.verdict["outcome"] == outcome, (value, r.verdict)
 
 

@@ -13,7 +13,8 @@ from perfgate.judge import run_noise
 from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.cli import main
 from perfgate.judge.config import Settings
-from perfgate.judge.gate import evaluate
+from perfgate.judge.baseline_choice import Choice
+from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric, summarize
 from perfgate.judge.run_noise import RunSummary
 
@@ -121,12 +122,11 @@ def test_gate_widens_tolerance_to_the_between_run_spread(tmp_path):
     settings = Settings(baselines=tmp_path, gate="all")
     cur = [90.0, 90.5, 89.5, 90.2, 89.8, 90.1, 89.9]  # -10 %, tight within the run
     # runs at 100, 110, 92: between-run spread ~8 %, effective tolerance ~24 %: a -10 % run is normal
-    r = evaluate("perf/a/test_t.py::t", _metric(cur), _entry([100.0, 110.0, 92.0]), settings=settings,
-                 hardware_id="cpu-Test-2c")
+    context = Context.of(settings, "cpu-Test-2c")
+    r = evaluate("perf/a/test_t.py::t", _metric(cur), Choice(_entry([100.0, 110.0, 92.0]), None, False, None), context)
     assert r.verdict["outcome"] == "pass" and r.tol > 0.2
     # runs that agree (100, 100.5, 99.5): the configured 5 % holds and -10 % is a regression
-    r = evaluate("perf/a/test_t.py::t", _metric(cur), _entry([100.0, 100.5, 99.5]), settings=settings,
-                 hardware_id="cpu-Test-2c")
+    r = evaluate("perf/a/test_t.py::t", _metric(cur), Choice(_entry([100.0, 100.5, 99.5]), None, False, None), context)
     assert r.verdict["outcome"] == "regression" and r.tol == 0.05
     assert r.baseline["run_medians"] == [100.0, 100.5, 99.5]
 

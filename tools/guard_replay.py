@@ -25,10 +25,10 @@ except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfgate.judge import guard
-from perfgate.judge.baseline_choice import tolerances_id
+from perfgate.judge.baseline_choice import Choice
 from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.judge.config import load_settings
-from perfgate.judge.gate import evaluate
+from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric, summarize
 
 
@@ -46,13 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=8)
     args = ap.parse_args(argv)
     settings = load_settings(args.root, hardware_id=args.hardware_id)
-    settings = load_settings(args.root, hardware_id=tolerances_id(settings.baselines, args.hardware_id))
-    hw = args.hardware_id
+    context = Context.of(settings, args.hardware_id)
     judged: list[tuple[float, float, float, str, str, str, bool]] = []  # moved/limit, moved, limit, run, test, metric, tripped
 
     def judge(r: dict, entry: BaselineEntry, label: str) -> None:
         m = Metric(name=r["metric"], unit=r["unit"], better=r["better"], summary=summarize(r["summary"]["samples"]))
-        res = evaluate(r["test_id"], m, entry, settings=settings, hardware_id=hw)
+        res = evaluate(r["test_id"], m, Choice(entry, None, False, None), context)
         tripped = res.verdict.get("explanation", "").startswith("gross change")
         if (res.gated and not tripped) or m.family == "fraction":
             return
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     store = BaselineStore(settings.baselines)
     for path in sorted({p for g in args.against_committed for p in args.runs.glob(g)}):
         for (test_id, metric), r in _results(path).items():
-            entry = store.lookup(hw, r["area"], test_id, metric)
+            entry = store.lookup(args.hardware_id, r["area"], test_id, metric)
             if entry is not None:
                 judge(r, entry, f"{path.relative_to(args.runs)} (vs committed)")
     trips = [j for j in judged if j[6]]

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from perfgate.store import interrupts, results as results_mod
 from perfgate.report import run_report
-from perfgate.judge.baseline_choice import report_notes, tolerances_id
+from perfgate.judge.baseline_choice import Choice, report_notes
 from perfgate.store.baselines import BaselineEntry
 from perfgate.judge.config import load_settings
 from perfgate.judge.fingerprint_check import compare as compare_fingerprints
-from perfgate.judge.gate import evaluate
+from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric
 from perfgate.report.textable import stdout_width, wrap_words
 from perfgate.judge.verdict import fails, Outcome
@@ -46,25 +46,25 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.current} is from hardware id {b['hardware_id']!r} but {args.baseline} is from "
                          f"{a['hardware_id']!r}: numbers from different machines are not comparable; pass "
                          f"--allow-hardware-mismatch to compare anyway")
-    settings = load_settings(args.root, hardware_id=b["hardware_id"])
-    if tolerances_id(settings.baselines, b["hardware_id"]) != b["hardware_id"]:  # this id's file, else its family's
-        settings = load_settings(args.root, hardware_id=tolerances_id(settings.baselines, b["hardware_id"]))
+    settings = load_settings(args.root, hardware_id=b["hardware_id"])  # tolerances.toml: this id's, else its family's
     if args.gate:
         settings.gate = args.gate
+    context = Context.of(settings, b["hardware_id"])
     ref = {(r.test_id, r.metric): r for r in results_mod.metric_results(a)}
     diff = compare_fingerprints(a.get("fingerprint"), b.get("fingerprint") or {})
     out = []
     for r in results_mod.metric_results(b):
         base = ref.get((r.test_id, r.metric))
-        entry = None
+        choice = Choice.none()
         if base is not None:
             entry = BaselineEntry(unit=base.unit, better=base.better, summary=base.summary, tol=base.tol,
                                   provenance=f"results file {args.baseline}", when=a.get("created"),
                                   commit=a.get("commit"), software=(a.get("fingerprint") or {}).get("software"),
-                                  workload=base.workload)
-        metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, tol=r.tol)
-        out.append(evaluate(r.test_id, metric, entry, settings=settings, hardware_id=b["hardware_id"], diff=diff,
-                            baseline_id=a["hardware_id"], workload=r.workload))
+                                  workload=base.workload, depends=base.depends, device_busy=base.device_busy)
+            choice = Choice(entry, a["hardware_id"], False, diff)
+        metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, tol=r.tol, depends=r.depends,
+                        device_busy=r.device_busy)
+        out.append(evaluate(r.test_id, metric, choice, context, workload=r.workload))
     software = (b.get("fingerprint") or {}).get("software")
     width = stdout_width()
     title = f"perfgate compare: {_shown(args.current)} vs {_shown(args.baseline)} ({b['hardware_id']})"

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 
 from perfgate.machine import hardware
+from perfgate.machine.hardware_id import resolve_hardware_id
 
 
 def register(sub) -> None:
@@ -21,7 +22,7 @@ def _mode(value) -> str:
 
 def run(args) -> int:
     fp = hardware.fingerprint()
-    hw = hardware.hardware_id(fp)
+    hw = resolve_hardware_id(detect=lambda: hardware.hardware_id(fp))  # PERFGATE_HARDWARE_ID overrides, as in a run
     if args.json:
         print(json.dumps({"hardware_id": hw, "fingerprint": fp}, indent=1))
         return 0

@@ -6,8 +6,10 @@ judged against the nearest id of the same family (same hardware model and size i
 setting: ``cpu-AMD-EPYC-avx512-2c`` falls back to ``cpu-AMD-EPYC-avx2-2c``, then to
 ``cpu-AMD-EPYC-isaunknown-2c``), and the result says which id was used. That keeps CI gating
 ratios on whichever kind of CPU machine it lands on before that kind has baselines of its own.
-The same family rule picks the per-machine tolerances.toml when this id has none: noise is a
-property of the machine size and sharing, which the family shares.
+Exact counts depend on no machine at all: after this id and its family, any id's baseline of
+the same test and metric serves (a CI machine of a new kind still catches a DDP change from 7
+all-reduces per step to 1). The same family rule picks the per-machine tolerances.toml when
+this id has none: noise is a property of the machine size and sharing, which the family shares.
 """
 from __future__ import annotations
 
@@ -17,19 +19,30 @@ from typing import Callable
 
 from perfgate.machine import cpu_info
 from perfgate.store.baselines import BaselineEntry, BaselineStore
-from perfgate.judge.fingerprint_check import WORKLOAD_NOTE, FingerprintDiff, compare
+from perfgate.judge.fingerprint_check import HOST_BOUND_NOTE, WORKLOAD_NOTE, FingerprintDiff, compare
+from perfgate.judge.metrics import MACHINE_FREE
 from perfgate.machine.hardware import id_family
 from perfgate.store.results import area_of
 
 _ISA_ORDER = {name: i for i, name in enumerate(cpu_info.ISA_LEVELS + cpu_info.ARM_ISA_LEVELS)}
 
 
+REACH_FAMILY, REACH_ANY = "family", "any id"
+
+
 @dataclass(frozen=True)
 class Choice:
+    """The baseline entry a metric is judged against, the id it came from, and how far it reached."""
+
     entry: BaselineEntry | None
     hardware_id: str | None     # the id whose baseline is used
-    fallback: bool              # True: another id of the same family (ratios only)
+    fallback: bool              # True: another id (of the family, or any id for exact counts)
     diff: FingerprintDiff | None
+    reach: str | None = None    # REACH_FAMILY or REACH_ANY where fallback
+
+    @classmethod
+    def none(cls) -> "Choice":
+        return cls(None, None, False, None)
 
 
 def family_candidates(hardware_id: str, available: list[str]) -> list[str]:
@@ -70,6 +83,7 @@ class BaselineChooser:
         self._fingerprint = fingerprint  # called only once a baseline is found: it may ask torch
         self._diffs: dict[tuple[str, str], FingerprintDiff] = {}
         self._family: list[str] | None = None
+        self._any: list[str] | None = None
 
     def diff(self, hardware_id: str, area: str) -> FingerprintDiff:
         key = (hardware_id, area)
@@ -83,36 +97,53 @@ class BaselineChooser:
             self._family = family_candidates(self.hardware_id, self.store.hardware_ids())
         return self._family
 
-    def choose(self, test_id: str, metric: str, *, ratio: bool) -> Choice:
+    def any_other(self) -> list[str]:
+        """Every other id with baselines, outside the family, by name (for exact counts)."""
+        if self._any is None:
+            tried = {self.hardware_id, *self.family()}
+            self._any = [h for h in self.store.hardware_ids() if h not in tried]
+        return self._any
+
+    def choose(self, test_id: str, metric: str, *, dependency: str) -> Choice:
+        """This id's entry; else, for a metric depending on the family or nothing, the nearest
+        family id's; else, for one depending on nothing (an exact count), any id's."""
         area = area_of(test_id)
         entry = self.store.lookup(self.hardware_id, area, test_id, metric)
         if entry is not None:
             return Choice(entry, self.hardware_id, False, self.diff(self.hardware_id, area))
-        if ratio:
-            for other in self.family():
+        reaches = [(REACH_FAMILY, self.family())] if dependency in MACHINE_FREE else []
+        if dependency == "nothing":
+            reaches.append((REACH_ANY, self.any_other()))
+        for reach, ids in reaches:
+            for other in ids:
                 entry = self.store.lookup(other, area, test_id, metric)
                 if entry is not None:
-                    return Choice(entry, other, True, self.diff(other, area))
-        return Choice(None, None, False, None)
+                    return Choice(entry, other, True, self.diff(other, area), reach)
+        return Choice.none()
 
 
 def report_notes(results, hardware_id: str) -> list[str]:
     """One line per kind of identity event in a run, for the terminal summary and Markdown:
-    which ratios were judged against another id, which absolute metrics were not comparable
-    with their baseline's machine, and which metrics with their baseline's workload (and why)."""
+    which ratios and counts were judged against another id, which absolute metrics were not
+    comparable with their baseline's machine, and which metrics with their baseline's workload (and why)."""
     lines = []
-    fallbacks: dict[str, int] = {}
+    fallbacks: dict[tuple[str, str], int] = {}
     incomparable: dict[str, int] = {}
     for r in results:
         base = r.baseline or {}
         if base.get("fallback"):
-            fallbacks[base.get("hardware_id")] = fallbacks.get(base.get("hardware_id"), 0) + 1
+            key = (base.get("reach") or REACH_FAMILY, base.get("hardware_id"))
+            fallbacks[key] = fallbacks.get(key, 0) + 1
         if r.outcome == "not-comparable":
-            why = r.verdict.get("explanation", "")
+            why = r.verdict.get("explanation", "").split(f"; {HOST_BOUND_NOTE}:")[0]  # one line per set of fields
             incomparable[why] = incomparable.get(why, 0) + 1
-    for other, n in sorted(fallbacks.items()):
-        lines.append(f"{n} ratio metric(s) judged against the baseline of {other}: {hardware_id} has none "
-                     f"of its own (same family; absolute figures never fall back)")
+    for (reach, other), n in sorted(fallbacks.items()):
+        if reach == REACH_ANY:
+            lines.append(f"{n} exact count(s) judged against the baseline of {other}: neither {hardware_id} nor "
+                         f"its family has one (a count depends on no machine)")
+        else:
+            lines.append(f"{n} ratio or count metric(s) judged against the baseline of {other}: {hardware_id} has "
+                         f"none of its own (same family; absolute figures never fall back)")
     for why, n in sorted(incomparable.items()):
         if why.startswith(WORKLOAD_NOTE):
             lines.append(f"{n} metric(s) {why}; they are not judged (refresh the baseline with this workload's "

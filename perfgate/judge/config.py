@@ -5,15 +5,16 @@ anything is measured.
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.judge.baseline_choice import tolerances_id
+from perfgate.judge.guard import GuardConfigError, GuardSettings, apply as apply_guard
+from perfgate.judge.patterns import PatternTable
+from perfgate.judge.policy import GATE_MODES
 from perfgate.store.readers import ReadError, read_toml
 from perfgate.store.safe_paths import inside_root
-from perfgate.judge.guard import GuardConfigError, GuardSettings, apply as apply_guard, first_match
 
 DEFAULT_TOLERANCES = {
     "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
@@ -21,7 +22,6 @@ DEFAULT_TOLERANCES = {
 }
 # Changes below these, in the metric's own unit, never fail: timer and scheduler jitter.
 ABS_FLOORS = {"ns": 500.0, "us": 2.0, "ms": 0.002, "s": 2e-6}
-GATE_MODES = ("auto", "all", "ratios")
 
 
 class ConfigError(ReadError):
@@ -34,26 +34,24 @@ class Settings:
     retries: int = 1
     gate: str = "auto"
     tolerances: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
-    overrides: dict[str, float] = field(default_factory=dict)
-    # ``test_id_glob@metric_glob`` -> why it is recorded but never fails on this machine
-    record_only: dict[str, str] = field(default_factory=dict)
+    # ``test_id_glob[@metric_glob]`` -> tolerance; the most specific pattern wins (perfgate.judge.patterns)
+    overrides: PatternTable = field(default_factory=PatternTable)
+    # ``test_id_glob[@metric_glob]`` -> why it is recorded but never fails on this machine
+    record_only: PatternTable = field(default_factory=PatternTable)
     sources: list[str] = field(default_factory=list)
     gross_change: GuardSettings = field(default_factory=GuardSettings)  # perfgate.judge.guard
+    tolerances_id: str | None = None  # whose <baselines>/<id>/tolerances.toml was read: this id's or its family's
+
+    def __post_init__(self):  # Settings(overrides={...}) in tests and tools: the same table
+        self.overrides, self.record_only = PatternTable(self.overrides), PatternTable(self.record_only)
 
     def override_for(self, test_id: str, metric: str) -> float | None:
-        """Most specific wins: a ``test_id@metric`` glob, then a ``test_id`` glob; None if neither."""
-        key = f"{test_id}@{metric}"
-        for pattern, tol in self.overrides.items():
-            if "@" in pattern and fnmatch.fnmatchcase(key, pattern):
-                return tol
-        for pattern, tol in self.overrides.items():
-            if "@" not in pattern and fnmatch.fnmatchcase(test_id, pattern):
-                return tol
-        return None
+        """The tolerance of the most specific ``[overrides]`` pattern that matches, or None."""
+        return self.overrides.lookup(test_id, metric)
 
     def record_only_reason(self, test_id: str, metric: str) -> str | None:
         """Why ``metric`` of ``test_id`` is recorded but not gated here, or None if it is gated as usual."""
-        return first_match(self.record_only, test_id, metric)
+        return self.record_only.lookup(test_id, metric)
 
 
 def _number(value, where: str) -> float:
@@ -115,11 +113,14 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
 
 
 def load_settings(rootdir: Path, baselines_dir: Path | None = None, hardware_id: str | None = None) -> Settings:
-    """Read pyproject.toml's [tool.perfgate], then <baselines>/tolerances.toml, then
-    <baselines>/<hardware-id>/tolerances.toml on top.
+    """Read pyproject.toml's [tool.perfgate], then <baselines>/tolerances.toml, then the machine's
+    <baselines>/<id>/tolerances.toml on top: ``hardware_id``'s own, else the nearest of its family's
+    (perfgate.judge.baseline_choice.tolerances_id), read once.
 
     The last file exists because noise is a property of the machine: a shared 2-core VM
-    needs wider tolerances on timing ratios than an H200 node, for the same test."""
+    needs wider tolerances on timing ratios than an H200 node, for the same test. ``hardware_id``
+    is one perfgate.machine.hardware_id already checked (it names a folder; the path is also
+    kept inside the baselines root)."""
     rootdir = Path(rootdir)
     pyproject = rootdir / "pyproject.toml"
     table: dict = {}
@@ -139,8 +140,8 @@ def load_settings(rootdir: Path, baselines_dir: Path | None = None, hardware_id:
         _apply(settings, _read_toml(tol_file), str(tol_file))
         settings.sources.append(str(tol_file))
     if hardware_id:
-        check_hardware_id(hardware_id, source="hardware id")
-        hw_file = inside_root(settings.baselines, settings.baselines / hardware_id / "tolerances.toml",
+        settings.tolerances_id = tolerances_id(settings.baselines, hardware_id)
+        hw_file = inside_root(settings.baselines, settings.baselines / settings.tolerances_id / "tolerances.toml",
                               what="tolerances file")
         if hw_file.exists():
             _apply(settings, _read_toml(hw_file), str(hw_file))

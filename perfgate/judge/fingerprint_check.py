@@ -2,9 +2,11 @@
 
 The hardware id cannot hold everything that moves a number: a microcode or BIOS update,
 another host CPU under the same GPUs, SMT switched off, less memory. So at comparison time
-the performance-relevant fields of both fingerprints are compared; where they differ, the
-absolute metrics of that baseline are *not comparable* (a distinct outcome, never pass or
-regression) and the report names the fields. Ratios measured inside one run are still judged.
+the performance-relevant fields of both fingerprints are compared, as host fields (``cpu.*``)
+and device fields (the GPUs, each GPU's settings, the links). Which differences make a metric
+*not comparable* (a distinct outcome, never pass or regression, with the fields named) depends
+on what it depends on (Metric.dependency): a host-bound figure any, a device figure (GPU
+memory, device time) only device fields, in-run ratios and exact counts none.
 
 Fields a fingerprint lacks (one stored before perfgate recorded them) are *unverified*, not
 different: old baselines stay usable, and the report can say what it could not check.
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfgate.judge.metrics import DEVICE_BOUND
 from perfgate.judge.verdict import Outcome, Verdict
 
 # (field, relative tolerance): numbers that wobble a little between boots of one machine.
@@ -39,13 +42,22 @@ SOFTWARE_KEYS = ("python", "torch", "vllm", "megatron_core", "nccl", "driver", "
 class FingerprintDiff:
     """What differs between the baseline's fingerprint and this machine's."""
 
-    relevant: list[str] = field(default_factory=list)    # make absolute metrics not comparable
+    host: list[str] = field(default_factory=list)        # cpu.*: void host-bound figures
+    device: list[str] = field(default_factory=list)      # gpus, gpuN.*, links: void device and host figures
     context: list[str] = field(default_factory=list)     # software and stored-only fields
     unverified: list[str] = field(default_factory=list)  # performance fields the baseline did not record
 
     @property
+    def relevant(self) -> list[str]:
+        return self.host + self.device
+
+    @property
     def comparable(self) -> bool:
         return not self.relevant
+
+    def voiding(self, dependency: str) -> list[str]:
+        """The differences that make a metric depending on ``dependency`` not comparable."""
+        return {"host": self.relevant, "device": self.device}.get(dependency, [])
 
 
 def _show(value: Any) -> str:
@@ -77,18 +89,18 @@ def compare(baseline_fp: dict | None, current_fp: dict) -> FingerprintDiff:
         return out
     bcpu, ccpu = baseline_fp.get("cpu") or {}, current_fp.get("cpu") or {}
     for name, rel in CPU_FIELDS.items():
-        _compare(f"cpu.{name}", bcpu.get(name), ccpu.get(name), rel, out.relevant, out.unverified)
+        _compare(f"cpu.{name}", bcpu.get(name), ccpu.get(name), rel, out.host, out.unverified)
     for name in CONTEXT_CPU_FIELDS:
         _compare(f"cpu.{name}", bcpu.get(name), ccpu.get(name), 0, out.context, [])
     bgpus, cgpus = baseline_fp.get("gpus") or [], current_fp.get("gpus") or []
     if len(bgpus) != len(cgpus):
-        out.relevant.append(f"gpus: {len(bgpus)} (baseline) -> {len(cgpus)} (here)")
+        out.device.append(f"gpus: {len(bgpus)} (baseline) -> {len(cgpus)} (here)")
     else:
         for i, (bg, cg) in enumerate(zip(bgpus, cgpus)):
             for name, rel in GPU_FIELDS.items():
-                _compare(f"gpu{i}.{name}", bg.get(name), cg.get(name), rel, out.relevant, out.unverified)
+                _compare(f"gpu{i}.{name}", bg.get(name), cg.get(name), rel, out.device, out.unverified)
         if baseline_fp.get("links") and current_fp.get("links") and baseline_fp["links"] != current_fp["links"]:
-            out.relevant.append(f"links: {baseline_fp['links']} (baseline) -> {current_fp['links']} (here)")
+            out.device.append(f"links: {baseline_fp['links']} (baseline) -> {current_fp['links']} (here)")
     bsw, csw = baseline_fp.get("software") or {}, current_fp.get("software") or {}
     for key in SOFTWARE_KEYS:
         if bsw.get(key) != csw.get(key) and (bsw.get(key) or csw.get(key)):
@@ -115,7 +127,35 @@ def workload_changes(base: dict | None, here: dict | None) -> str:
                      for k in sorted(set(base) | set(here)) if base.get(k) != here.get(k))
 
 
-def not_comparable(diff: FingerprintDiff, tol: float) -> Verdict:
-    """The verdict of an absolute metric whose baseline was measured on a machine that differs."""
-    return Verdict(Outcome.NOT_COMPARABLE, None, tol, None,
-                   "not comparable: the baseline's machine differs in " + "; ".join(diff.relevant))
+MACHINE_NOTE = "not comparable: the baseline's machine differs in"
+HOST_BOUND_NOTE = "host-bound"
+
+
+def judged_dependency(dependency: str, busy_here: float | None, busy_baseline: float | None) -> str:
+    """A host timing whose device was busy >= DEVICE_BOUND of it, here and in the baseline, is judged
+    as a device figure: the host CPU hardly sets it. Anything else is judged as it depends."""
+    if (dependency == "host" and busy_here is not None and busy_baseline is not None
+            and min(busy_here, busy_baseline) >= DEVICE_BOUND):
+        return "device"
+    return dependency
+
+
+def _busy(value: float | None) -> str:
+    return "not recorded" if value is None else f"{value:.2f}"
+
+
+def not_comparable(diff: FingerprintDiff, dependency: str, tol: float, *, busy_here: float | None = None,
+                   busy_baseline: float | None = None) -> Verdict | None:
+    """The verdict of a metric whose baseline's machine differs in a field it depends on, or None.
+
+    A host-bound figure says so, with the device busy shares: recorded >= DEVICE_BOUND on both
+    sides, a GPU timing would have been judged across hosts."""
+    fields = diff.voiding(dependency)
+    if not fields:
+        return None
+    why = f"{MACHINE_NOTE} " + "; ".join(fields)
+    if dependency == "host" and diff.host:
+        why += (f"; {HOST_BOUND_NOTE}: it depends on the whole machine, host CPU included (device busy "
+                f"{_busy(busy_here)} here, {_busy(busy_baseline)} in the baseline; a timing busy >= "
+                f"{DEVICE_BOUND:g} on both sides is judged across hosts)")
+    return Verdict(Outcome.NOT_COMPARABLE, None, tol, None, why)

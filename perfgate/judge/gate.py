@@ -1,30 +1,37 @@
 """Turn one recorded metric and its baseline entry into a MetricResult with a verdict.
 
-The one place that decides *whether* a metric is gated (ratios everywhere, absolute
-numbers on GPU hardware ids, as `gate` says; never what a machine's ``record_only`` table
-names, unless gate is "all") and *which* tolerance applies. Used by the
-plugin during a run and by `perfgate compare` on saved results, so both agree.
+The one place that judges a metric: *whether* it is gated (perfgate.judge.policy decides),
+*which* tolerance applies, and whether its baseline's machine or workload voids the comparison
+(perfgate.judge.fingerprint_check, by what the metric depends on). Used by the plugin during a
+run and by `perfgate compare` on saved results, so both agree.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from perfgate.judge import guard, run_noise
-from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.config import ABS_FLOORS, ConfigError, Settings
-from perfgate.judge.fingerprint_check import FingerprintDiff, not_comparable, other_workload
-from perfgate.judge.metrics import RATIO_FAMILIES, UNIT_FAMILIES, Metric, summarize
-from perfgate.store.results import MetricResult, area_of
+from perfgate.judge.fingerprint_check import judged_dependency, not_comparable, other_workload
+from perfgate.judge.metrics import Metric, summarize
+from perfgate.judge.policy import GatePolicy
 from perfgate.judge.run_noise import RunSummary
 from perfgate.judge.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide, is_exact
+from perfgate.store.baselines import BaselineEntry
+from perfgate.store.results import MetricResult, area_of
 
 
-def is_gated(unit: str, hardware_id: str, gate: str) -> bool:
-    if gate == "all":
-        return True
-    # counts (all-reduce calls per step) are machine-independent like in-run ratios
-    ratio = UNIT_FAMILIES[unit] in RATIO_FAMILIES or UNIT_FAMILIES[unit] == "count"
-    if gate == "ratios":
-        return ratio
-    return ratio or not hardware_id.startswith("cpu-")
+@dataclass(frozen=True)
+class Context:
+    """What is the same for every metric one session (or one `perfgate compare`) judges."""
+
+    settings: Settings
+    policy: GatePolicy
+    tainted: tuple[str, ...] = ()  # preflight's reasons; a tainted metric is not gated
+
+    @classmethod
+    def of(cls, settings: Settings, hardware_id: str, tainted=()) -> "Context":
+        return cls(settings, GatePolicy.of(hardware_id, settings), tuple(tainted or ()))
 
 
 def tolerance(settings: Settings, test_id: str, metric: Metric, entry: BaselineEntry | None = None) -> float:
@@ -53,31 +60,34 @@ def baseline_view(entry: BaselineEntry) -> dict:
     return {"median": entry.summary.median, "mad": entry.summary.mad, "n": entry.summary.n,
             "samples": list(entry.summary.samples), "provenance": entry.provenance, "when": entry.when,
             "commit": entry.commit, "software": entry.software, "source": entry.source,
-            "run_medians": [r["median"] for r in entry.runs], "workload": entry.workload}
+            "run_medians": [r["median"] for r in entry.runs], "workload": entry.workload,
+            **({"device_busy": entry.device_busy} if entry.device_busy is not None else {})}
 
 
-def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, settings: Settings,
-             hardware_id: str, samples: list[float] | None = None, attempts: int = 1,
-             tainted: list[str] | None = None, baseline_id: str | None = None, fallback: bool = False,
-             diff: FingerprintDiff | None = None, workload: dict | None = None) -> MetricResult:
-    """Verdict for ``metric`` (or for ``samples`` pooled over re-measurements) against ``entry``.
+def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
+             samples: list[float] | None = None, attempts: int = 1, workload: dict | None = None) -> MetricResult:
+    """Verdict for ``metric`` (or for ``samples`` pooled over re-measurements) against ``choice``.
 
-    ``baseline_id``/``fallback``: the id the entry came from (perfgate.judge.baseline_choice); ``diff``:
-    how that baseline's machine differs from this one (perfgate.judge.fingerprint_check). An absolute
-    metric against a differing machine is ``not-comparable``, and so is any metric whose baseline
+    ``choice``: the baseline entry, the id it came from and how that id's machine differs from this
+    one (perfgate.judge.baseline_choice). A metric against a machine that differs in a field it
+    depends on is ``not-comparable`` (a host-bound timing busy >= DEVICE_BOUND on the device here
+    and in the baseline is judged as a device figure), and so is any metric whose baseline
     identified another ``workload`` (the served model, its flags: PerfRecorder.identify); a
     not-gated one that got worse by a factor no measured noise explains fails through the
     gross-change guard (perfgate.judge.guard)."""
+    settings, entry, diff = context.settings, choice.entry, choice.diff
     values = samples if samples is not None else list(metric.summary.samples)
     summary = summarize(values)
     tol = tolerance(settings, test_id, metric, entry)
     absolute = metric.family == "fraction"
+    dependency = judged_dependency(metric.dependency, metric.device_busy, entry.device_busy if entry else None)
     if entry is None:
         verdict = decide(None, values, better=metric.better, tol=tol, absolute_tol=absolute)
     elif (moved := other_workload(entry.workload, workload, tol)) is not None:
         verdict = moved
-    elif diff is not None and not diff.comparable and not metric.is_ratio:
-        verdict = not_comparable(diff, tol)
+    elif diff is not None and (void := not_comparable(diff, dependency, tol, busy_here=metric.device_busy,
+                                                      busy_baseline=entry.device_busy)) is not None:
+        verdict = void
     else:
         if entry.unit != metric.unit or entry.better != metric.better:
             raise ValueError(f"{test_id} {metric.name}: baseline is {entry.unit}/{entry.better}-is-better, "
@@ -92,19 +102,22 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
             tol = run_noise.effective_tolerance(tol, runs, absolute=absolute)
             base_median = run_noise.center(runs)
         verdict = decide(list(entry.summary.samples), values, better=metric.better, tol=tol, absolute_tol=absolute,
-                         abs_floor=ABS_FLOORS.get(metric.unit, 0.0), baseline_median=base_median, exact=exact)
-    gated = (is_gated(metric.unit, hardware_id, settings.gate) and not tainted
-             and (settings.gate == "all" or settings.record_only_reason(test_id, metric.name) is None))
-    if (entry is not None and not gated and not tainted and not fallback and metric.family != "fraction"
-            and verdict.outcome is not Outcome.NOT_COMPARABLE):
+                         abs_floor=ABS_FLOORS.get(metric.unit, 0.0), baseline_median=base_median, exact=exact,
+                         either_way=dependency == "nothing")
+    gated = context.policy.gates(test_id, metric.name, dependency, tainted=bool(context.tainted))
+    if (entry is not None and not gated and not context.tainted and not choice.fallback
+            and metric.family != "fraction" and verdict.outcome is not Outcome.NOT_COMPARABLE):
         tripped = guard.check(settings.gross_change, test_id, metric.name, entry, summary.median, tol=tol,
                               context=diff.context if diff else None, unverified=diff.unverified if diff else None)
         if tripped is not None:
             verdict, gated = tripped, True
     base = baseline_view(entry) if entry else None
-    if base is not None and baseline_id is not None:
-        base["hardware_id"], base["fallback"] = baseline_id, fallback
+    if base is not None and choice.hardware_id is not None:
+        base["hardware_id"], base["fallback"] = choice.hardware_id, choice.fallback
+        if choice.reach:
+            base["reach"] = choice.reach
     return MetricResult(test_id=test_id, area=area_of(test_id), metric=metric.name, unit=metric.unit,
                         better=metric.better, tol=tol, gated=gated, summary=summary, verdict=verdict.to_dict(),
-                        baseline=base, attempts=attempts,
-                        rerun=f"pytest '{test_id}'", tainted=list(tainted or []), workload=workload)
+                        baseline=base, attempts=attempts, rerun=f"pytest '{test_id}'",
+                        tainted=list(context.tainted), workload=workload, depends=metric.depends,
+                        device_busy=metric.device_busy)

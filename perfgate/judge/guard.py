@@ -11,15 +11,16 @@ The factor of one metric is the larger of the configured default (3x) and ``marg
 worst swing the baseline itself measured (its worst sample, or worst run median stored by
 `perfgate calibrate`, against its median): noise that was measured widens the guard, noise that
 was not does not. Metrics known to swing more than their stored samples show get their own
-factor under ``[gross_change.factors]`` (a glob like the tolerance overrides; first match wins).
+factor under ``[gross_change.factors]`` (a glob like the tolerance overrides; the most specific
+pattern wins, perfgate.judge.patterns).
 Only worsening counts: a gated metric that improves passes, so a recorded-only one must too.
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 from dataclasses import dataclass, field
 
+from perfgate.judge.patterns import PatternTable
 from perfgate.store.baselines import BaselineEntry
 from perfgate.judge.verdict import Outcome, Verdict, worsening
 
@@ -35,21 +36,14 @@ class GuardConfigError(ValueError):
 class GuardSettings:
     factor: float = DEFAULT_FACTOR
     margin: float = DEFAULT_MARGIN
-    factors: dict[str, float] = field(default_factory=dict)  # "test_id_glob[@metric_glob]" -> factor
+    factors: PatternTable = field(default_factory=PatternTable)  # "test_id_glob[@metric_glob]" -> factor
+
+    def __post_init__(self):  # GuardSettings(factors={...}): the same table
+        self.factors = PatternTable(self.factors)
 
     def factor_for(self, test_id: str, metric: str) -> float | None:
-        """The configured factor of the first matching pattern, or None."""
-        return first_match(self.factors, test_id, metric)
-
-
-def first_match(table: dict, test_id: str, metric: str):
-    """The value of the first ``test_id_glob[@metric_glob]`` pattern of ``table`` that matches, or
-    None (the pattern rule of the per-machine tables: [record_only], [gross_change.factors])."""
-    key = f"{test_id}@{metric}"
-    for pattern, value in table.items():
-        if fnmatch.fnmatchcase(key if "@" in pattern else test_id, pattern):
-            return value
-    return None
+        """The configured factor of the most specific matching pattern, or None."""
+        return self.factors.lookup(test_id, metric)
 
 
 def _factor_value(value, where: str) -> float:

@@ -13,8 +13,8 @@ import numpy as np
 
 MAX_STORED_SAMPLES = 200
 
-# Unit -> family. The family picks the default tolerance and whether the metric is a
-# ratio measured inside one run (gated everywhere) or an absolute figure (gated on GPU ids).
+# Unit -> family. The family picks the default tolerance and what the metric depends on unless it
+# says (default_depends): a ratio measured inside one run, a count, or an absolute figure.
 UNIT_FAMILIES: dict[str, str] = {
     "GB/s": "bandwidth", "MB/s": "bandwidth", "GiB/s": "bandwidth", "Gbit/s": "bandwidth",
     "tok/s": "throughput", "req/s": "throughput", "samples/s": "throughput", "IOPS": "throughput",
@@ -28,9 +28,49 @@ UNIT_FAMILIES: dict[str, str] = {
 RATIO_FAMILIES = frozenset({"ratio", "fraction"})
 DIRECTIONS = ("higher", "lower")
 
+# What a metric depends on decides what it may be compared with (docs/hardware-ids.md, "What a
+# metric depends on"): exact counts on nothing, in-run ratios on the machine family, GPU memory and
+# device time on the GPUs, links and software (not the host CPU), other absolute figures on the
+# whole machine.
+DEPENDS = ("nothing", "family", "device", "host")
+MACHINE_FREE = frozenset({"nothing", "family"})  # judged on every machine, never voided by a fingerprint
+# A host-bound timing whose device was busy for at least this share of it, in this run and in its
+# baseline, is judged as a device figure: the host CPU hardly sets it.
+DEVICE_BOUND = 0.9
+
 
 class MetricError(ValueError):
     """A metric was recorded with an unknown unit, bad direction or unusable samples."""
+
+
+def default_depends(family: str) -> str:
+    """What a metric of this unit family depends on unless it says: counts nothing, in-run ratios the
+    machine family, absolute figures the whole machine."""
+    return "nothing" if family == "count" else "family" if family in RATIO_FAMILIES else "host"
+
+
+def check_depends(value, where: str) -> str | None:
+    """``depends`` as recorded or read back: None or one of DEPENDS."""
+    if value is not None and value not in DEPENDS:
+        raise MetricError(f"{where}: depends must be one of {', '.join(DEPENDS)} (or left out for the unit's "
+                          f"default), got {value!r}")
+    return value
+
+
+def check_device_busy(value, where: str) -> float | None:
+    """``device_busy`` as recorded or read back: None or a finite share in [0, 1]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise MetricError(f"{where}: device_busy is the share of the timed region the device was busy, a number "
+                          f"in [0, 1], got {value!r}")
+    return float(value)
+
+
+def dependence_fields(x) -> dict:
+    """``depends`` and ``device_busy`` of a metric, result or baseline entry as stored: only where
+    recorded, so files of metrics that say neither read as before."""
+    return {k: v for k, v in (("depends", x.depends), ("device_busy", x.device_busy)) if v is not None}
 
 
 def unit_family(unit: str) -> str:
@@ -90,6 +130,8 @@ class Metric:
     better: str
     summary: Summary
     tol: float | None = None  # per-record override; None means "from config"
+    depends: str | None = None  # one of DEPENDS; None: default_depends(family)
+    device_busy: float | None = None  # share of the timed region the device was busy (0..1), beside GPU timings
 
     def __post_init__(self):
         if self.better not in DIRECTIONS:
@@ -97,14 +139,20 @@ class Metric:
         unit_family(self.unit)
         if self.tol is not None and (not isinstance(self.tol, (int, float)) or self.tol < 0 or not math.isfinite(self.tol)):
             raise MetricError(f"metric {self.name!r}: tol must be a non-negative number, got {self.tol!r}")
+        check_depends(self.depends, f"metric {self.name!r}")
+        check_device_busy(self.device_busy, f"metric {self.name!r}")
+        if self.device_busy is not None and self.dependency in MACHINE_FREE:
+            raise MetricError(f"metric {self.name!r}: device_busy goes beside an absolute timing; this metric "
+                              f"depends on {self.dependency!r} (unit {self.unit!r}), so drop device_busy")
+
+    @property
+    def dependency(self) -> str:
+        """What the metric depends on: as recorded, else the unit family's default."""
+        return self.depends or default_depends(self.family)
 
     @property
     def family(self) -> str:
         return unit_family(self.unit)
-
-    @property
-    def is_ratio(self) -> bool:
-        return self.family in RATIO_FAMILIES
 
 
 def paired_ratio(numerator: Sequence[float], denominator: Sequence[float], *,

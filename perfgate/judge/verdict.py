@@ -81,6 +81,7 @@ def decide(
     alpha: float = ALPHA,
     baseline_median: float | None = None,
     exact: bool = False,
+    either_way: bool = False,
 ) -> Verdict:
     """Compare current samples with baseline samples for one metric.
 
@@ -89,6 +90,10 @@ def decide(
     median of ``baseline`` (imported reference numbers carry a median, not samples).
     ``exact``: the value is deterministic (see :func:`is_exact`), so a change beyond tolerance
     is certain and needs no significance test (a one-sample metric could never reach one).
+    ``either_way``: with ``exact``, a change beyond tolerance in the better direction fails too. For
+    exact counts (they depend on no machine): 7 all-reduces per step -> 1 reads "fewer is better",
+    but an exact count that moved means the code now does something else (there, every gradient in
+    one bucket: no overlap of communication with backward), and only a refresh may say it is meant.
     """
     if better not in ("higher", "lower"):
         raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
@@ -110,6 +115,11 @@ def decide(
     if abs(cur_med - base_med) <= abs_floor or abs(change) <= tol * (1 + 1e-9) + 1e-12:
         return Verdict(Outcome.PASS, change, tol, None, f"change {shown} within tolerance {limit}")
     worse = change > 0
+    if exact and either_way and not worse:
+        return Verdict(Outcome.REGRESSION, change, tol, 0.0,
+                       f"changed by {shown} ({base_med:g} -> {cur_med:g}; tolerance {limit}), in the 'better' "
+                       f"direction, of an exact count: it depends on no machine, so the code now does something "
+                       f"else; if that is intended, refresh the baseline")
     if exact:
         return Verdict(Outcome.REGRESSION if worse else Outcome.IMPROVED, change, tol, 0.0,
                        f"{'worse' if worse else 'better'} by {shown if worse else shown[1:]} (tolerance {limit}), "

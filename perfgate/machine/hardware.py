@@ -226,9 +226,9 @@ def hardware_id(fp: dict[str, Any] | None = None) -> str:
     """Stable id from hardware fields only, e.g. ``2xH200-NV18``, ``1xH200-pl500W`` or
     ``cpu-AMD-EPYC-avx512-2c``. The rule is in docs/hardware-ids.md.
 
-    A fingerprint stored before the ISA was recorded gives ``cpu-<model>-isaunknown-<N>c``."""
-    if os.environ.get("PERFGATE_HARDWARE_ID"):
-        return os.environ["PERFGATE_HARDWARE_ID"]
+    A fingerprint stored before the ISA was recorded gives ``cpu-<model>-isaunknown-<N>c``. Derived
+    only: the id a session uses (an option or PERFGATE_HARDWARE_ID may override this one) is
+    perfgate.machine.hardware_id.resolve_hardware_id's."""
     fp = fp or fingerprint()
     gpus = fp["gpus"]
     if gpus:

