@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import mutations
 from perfgate.judge.baseline_choice import BaselineChooser, tolerances_id
 from perfgate.judge.config import ConfigError, load_settings
 from perfgate.machine import hardware
@@ -28,7 +27,7 @@ WORKER_KEY = "perfgate"  # what the xdist controller hands its workers in worker
 class PerfState:
     def __init__(self, config: pytest.Config):
         opt = config.getoption
-        baselines_dir = Path(opt("--perf-baselines")).resolve() if opt("--perf-baselines") else None
+        baselines_dir = Path(opt("--perf-baselines")) if opt("--perf-baselines") else None
         self.hardware_id = session_hardware_id(opt("--perf-hardware-id"))
         self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)
         tol_id = tolerances_id(self.settings.baselines, self.hardware_id)  # this id's, else its family's
@@ -87,17 +86,6 @@ def session_hardware_id(option: str | None) -> str:
     if os.environ.get("PERFGATE_HARDWARE_ID"):
         return check_hardware_id(os.environ["PERFGATE_HARDWARE_ID"], source="PERFGATE_HARDWARE_ID")
     return check_hardware_id(hardware.hardware_id(), source="detected hardware id (perfgate fingerprint)")
-
-
-def check_mutations(config: pytest.Config) -> None:
-    """A planted test bug (perfgate.mutations) must never become a baseline."""
-    try:
-        names = mutations.active_names()
-    except mutations.MutationError as exc:
-        raise pytest.UsageError(f"perfgate: {exc}") from None
-    if names and config.getoption("--perf-refresh"):
-        raise pytest.UsageError(f"perfgate: --perf-refresh refused: {mutations.ENV}={','.join(names)} plants "
-                                f"performance bugs; unset it to refresh baselines")
 
 
 def preflight_enabled(config: pytest.Config, hardware_id: str) -> bool:
