@@ -62,6 +62,8 @@ class Checks:
     prefix: str = "--"  # "--perf-" in a pytest session: --perf-allow-dirty
 
     def option(self, name: str) -> str:
+        if name == "force" and self.prefix == "--perf-":  # pooling is refresh's; a session saves its runs
+            return "--perf-save and then `perfgate refresh --force` on the saved file"
         return f"{self.prefix}{name}"
 
 
