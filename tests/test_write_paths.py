@@ -30,7 +30,7 @@ import pytest
 from perfgate import cli, mutations
 from perfgate.commands import calibrate
 from perfgate.judge.metrics import MAX_STORED_SAMPLES, summarize
-from perfgate.store import baseline_writer, locks, results as results_mod
+from perfgate.store import baseline_writer, locks
 from perfgate.store.baseline_writer import Checks, WriteRefused
 from perfgate.store.baselines import BaselineStore
 from perfgate.store.results import MetricResult
@@ -352,6 +352,9 @@ def test_a_held_lock_names_its_holder_at_once_then_times_out(tmp_path):
                                  say=lambda text: said.append((time.monotonic() - t0, text))):
                 pass
         waited = time.monotonic() - t0
+        plan = baseline_writer.Plan(HW, {"collectives": {"t": {"m": entry(3.0)}}}, None, "r.json")
+        with pytest.raises(WriteRefused, match=rf"still locked after 1.5 s by pid {holder.pid} .*; nothing written"):
+            baseline_writer.write_plan(store, plan, Checks())  # the writer's path: one line, what was written
     finally:
         holder.kill()
         holder.wait()

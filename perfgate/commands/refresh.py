@@ -169,7 +169,8 @@ def _disagreement_table(clash: list[dict], files: list[str], *, width: int) -> l
     for r in clash:
         by_file = {x.get("file"): x["median"] for x in r["runs"]}
         tol = f"{r['tol']:.3f}" if r["unit"] == "fraction" else f"{r['tol'] * 100:.0f}%"
-        rows.append([short_id(r["test_id"]), r["metric"], r["unit"], tol, *(fmt_number(by_file.get(f)) for f in files)])
-    legend = [f"  run {i + 1}: {f}" for i, f in enumerate(files)]
+        rows.append([printable(short_id(r["test_id"])), printable(r["metric"]), printable(r["unit"]), tol,
+                     *(fmt_number(by_file.get(f)) for f in files)])
+    legend = [f"  run {i + 1}: {printable(f)}" for i, f in enumerate(files)]
     return ["runs that disagree beyond tolerance (not pooled)", *legend,
             *(line.text for line in render(columns, rows, width=width))]

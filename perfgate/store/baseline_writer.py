@@ -33,7 +33,7 @@ from perfgate.judge import run_noise
 from perfgate.judge.fingerprint_check import workload_changes
 from perfgate.judge.metrics import MAX_STORED_SAMPLES
 from perfgate.report.run_report import short_id
-from perfgate.store import interrupts, results as results_mod
+from perfgate.store import interrupts, locks, results as results_mod
 from perfgate.store.baselines import BaselineEntry, BaselineStore
 
 ByArea = dict[str, dict[str, dict[str, BaselineEntry]]]
@@ -217,11 +217,13 @@ def write_plan(store: BaselineStore, plan: Plan, checks: Checks, *, hold: bool =
     written: list[Path] = []
     with interrupts.writing(f"the baselines in {store.root / plan.hardware_id}", hold=hold):
         for area, entries in sorted(plan.by_area.items()):
+            done = f"already written: {', '.join(map(str, written))}" if written else "nothing written"
             try:
                 path = store.write(plan.hardware_id, area, entries, fingerprint=plan.fingerprint)
+            except locks.LockTimeout as exc:
+                raise WriteRefused(f"{exc}; {done}") from None
             except OSError as exc:
                 target = store.root / plan.hardware_id / f"{area}.json"
-                done = f"already written: {', '.join(map(str, written))}" if written else "nothing written"
                 raise WriteRefused(f"cannot write {target}: {exc.strerror or exc}"
                                    f"{f' ({exc.filename})' if exc.filename else ''}; {done}; make the folder "
                                    f"writable (and free space) and re-run") from None

@@ -4,7 +4,8 @@ Layout: ``<root>/<hardware-id>/<area>.json``. Files are schema-versioned, writte
 atomically under a file lock (xdist workers and concurrent refreshes never lose
 entries) without following links, and the previous version is kept as ``<area>.json.prev``
 so a refresh can be undone. What may be written (finite numbers, no planted bugs, one
-workload...) is decided before, in perfgate.store.baseline_writer. Reading a malformed file fails with the path and the fix, never a traceback.
+workload...) is decided before, in perfgate.store.baseline_writer. Reading a malformed file
+fails with the path and the fix, never a traceback.
 """
 from __future__ import annotations
 
@@ -148,7 +149,9 @@ class BaselineStore:
         following links (safe_paths.writable_folder): the old file is copied to a new ``.prev``
         and the new document to a new file, each renamed into place (atomic.replace_in), so a
         link or hard link planted at any of the three names is replaced, never written into,
-        and a failure half way (disk full) leaves every name as it was."""
+        and a failure half way (disk full) leaves each name holding a complete file: the
+        ``.prev`` copy failing leaves both as they were; the new file failing, ``.prev`` equal to
+        the unchanged current file."""
         path = self.path(hardware_id, area)
         for suffix, what in ((".lock", "lock file"), (".prev", "backup file")):
             inside_root(self.root, Path(str(path) + suffix), what=what)  # a link out of the tree: say so
