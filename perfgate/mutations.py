@@ -36,6 +36,8 @@ class Mutation:
     bug: str      # what the planted bug does, as a user would describe the regression
     where: str    # the one place in the code under test that reads it
     default_factor: float | None = None  # graded mutations only: the factor of a bare ``name``
+    neutral_factor: float = 1.0  # graded: the factor that changes nothing (counts as off); the least allowed
+    max_factor: float = math.inf  # graded: factors must lie below this
     alias_env: str | None = None  # a variable older than the registry that also switches it on
 
     @property
@@ -79,13 +81,14 @@ class MutationError(ValueError):
     """A mutation variable names a mutation that does not exist, or gives a bad factor."""
 
 
-def _factor(text: str, where: str) -> float:
+def _factor(m: Mutation, text: str, where: str) -> float:
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 1 <= value < math.inf:
-        raise MutationError(f"{where}: the factor must be a finite number >= 1 (e.g. 4 or 1.1), got {text!r}")
+    if not (m.neutral_factor <= value < m.max_factor and math.isfinite(value)):
+        raise MutationError(f"{where}: the factor must be a finite number >= {m.neutral_factor:g}"
+                            f"{f' and < {m.max_factor:g}' if math.isfinite(m.max_factor) else ''}, got {text!r}")
     return value
 
 
@@ -103,7 +106,7 @@ def _from_main_variable(raw: str) -> dict[str, float | None]:
         if sep and not m.graded:
             raise MutationError(f"{ENV}={raw!r}: {m.name} takes no factor (only graded mutations do: "
                                 f"{', '.join(n for n, x in MUTATIONS.items() if x.graded)})")
-        out[m.name] = _factor(text, f"{ENV}={raw!r}: {m.name}") if sep else m.default_factor
+        out[m.name] = _factor(m, text, f"{ENV}={raw!r}: {m.name}") if sep else m.default_factor
     if unknown:
         raise MutationError(f"{ENV}={raw!r}: unknown mutation(s) {unknown}; known: {', '.join(MUTATIONS)} "
                             f"(unset it for a normal run)")
@@ -111,10 +114,10 @@ def _from_main_variable(raw: str) -> dict[str, float | None]:
 
 
 def _from_alias(m: Mutation, raw: str) -> tuple[bool, float | None]:
-    """An older variable: a graded one holds the factor (1: off), a switch holds 1 (0 or empty: off)."""
+    """An older variable: a graded one holds the factor (neutral: off), a switch holds 1 (0 or empty: off)."""
     if m.graded:
-        k = _factor(raw, f"{m.alias_env}")
-        return k != 1, k
+        k = _factor(m, raw, f"{m.alias_env}")
+        return k != m.neutral_factor, k
     if raw.strip() in ("", "0"):
         return False, None
     if raw.strip() != "1":
@@ -125,7 +128,7 @@ def _from_alias(m: Mutation, raw: str) -> tuple[bool, float | None]:
 def active_factors(environ=None) -> dict[str, float | None]:
     """Every mutation switched on (either form), in registry order, with its factor (None: no factor).
 
-    A graded knob at factor 1 changes nothing and counts as off. Raises MutationError on an unknown
+    A graded knob at its neutral factor changes nothing and counts as off. Raises MutationError on an unknown
     name or a bad value, naming the variable."""
     env = os.environ if environ is None else environ
     on = _from_main_variable(env.get(ENV, ""))
@@ -138,7 +141,7 @@ def active_factors(environ=None) -> dict[str, float | None]:
             raise MutationError(f"{m.alias_env}={raw!r} and {ENV} both set {m.name} differently; set one")
         if alias_on:
             on[m.name] = k
-    return {n: on[n] for n in MUTATIONS if n in on and (on[n] is None or on[n] != 1)}
+    return {n: on[n] for n in MUTATIONS if n in on and on[n] != MUTATIONS[n].neutral_factor}
 
 
 def active_names(environ=None) -> tuple[str, ...]:
@@ -153,11 +156,11 @@ def active(name: str) -> bool:
     return name in active_factors()
 
 
-def factor(name: str) -> float:
-    """A graded mutation's factor now: 1.0 when it is off."""
+def factor(name: str, environ=None) -> float | None:
+    """A graded mutation's factor now (``name:0.1`` -> 0.1), or None when it is off."""
     if name not in MUTATIONS or not MUTATIONS[name].graded:
         raise KeyError(f"no graded mutation {name!r} in perfgate.mutations.MUTATIONS")
-    return active_factors().get(name) or 1.0
+    return active_factors(environ).get(name)
 
 
 def describe(factors: dict[str, float | None]) -> str:

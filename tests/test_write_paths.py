@@ -169,6 +169,7 @@ def test_every_form_of_a_knob_reads_the_same(monkeypatch):
         == mutations.active_factors(env)
     assert mutations.active_factors({mutations.ENV: "collective_slowdown"}) == {"collective_slowdown": 4.0}
     assert mutations.active_factors({"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "1"}) == {}  # factor 1 changes nothing
+    assert mutations.factor("collective_slowdown", {}) is None
     for bad, why in (({mutations.ENV: "collective_slowdown:0.5"}, "finite number >= 1"),
                      ({mutations.ENV: "collective_slowdown:inf"}, "finite number >= 1"),
                      ({mutations.ENV: "collective_repeat:2"}, "takes no factor"),
@@ -182,13 +183,19 @@ def test_every_form_of_a_knob_reads_the_same(monkeypatch):
 
 
 def test_a_new_graded_knob_is_one_registry_entry(monkeypatch):
-    knob = mutations.Mutation("gpu_step_slowdown", "training", "each training step waits k times its own time",
-                              "perfgate/workloads/training/engine.py", default_factor=2.0)
+    """A device-side slowdown whose factor is the extra share of work (0: none), as the lead's GPU knob."""
+    knob = mutations.Mutation("gpu_step_slowdown", "training", "every GPU training step does more device work",
+                              "perfgate/workloads/training/engine.py", default_factor=0.10, neutral_factor=0.0,
+                              max_factor=100.0)
     monkeypatch.setitem(mutations.MUTATIONS, knob.name, knob)
-    monkeypatch.setenv(mutations.ENV, "gpu_step_slowdown:1.3")
-    assert mutations.factor("gpu_step_slowdown") == 1.3
+    monkeypatch.setenv(mutations.ENV, "gpu_step_slowdown:0.3")
+    assert mutations.factor("gpu_step_slowdown") == 0.3
     assert mutations.results_mark()["names"] == ["gpu_step_slowdown"]
-    assert "gpu_step_slowdown:1.3" in mutations.note()
+    assert "gpu_step_slowdown:0.3" in mutations.note()
+    assert mutations.factor("gpu_step_slowdown", {mutations.ENV: "gpu_step_slowdown"}) == 0.10
+    assert mutations.factor("gpu_step_slowdown", {mutations.ENV: "gpu_step_slowdown:0"}) is None  # neutral: off
+    with pytest.raises(mutations.MutationError, match=r"finite number >= 0 and < 100, got '150'"):
+        mutations.factor("gpu_step_slowdown", {mutations.ENV: "gpu_step_slowdown:150"})
 
 
 # ================================================================ 3. safe writes

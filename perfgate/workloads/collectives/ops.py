@@ -165,7 +165,7 @@ OP_DEFS: dict[str, OpDef] = {
 def _slowdown() -> float:
     """The TEST-ONLY slowdown (registered mutation ``collective_slowdown``, see the module docstring):
     an integer is calls per timed iteration, a fraction stretches each timed sample."""
-    return mutations.factor("collective_slowdown")
+    return mutations.factor("collective_slowdown") or 1.0
 
 
 def _slowed(fn: Callable[[], None], k: float) -> Callable[[], None]:
