@@ -73,7 +73,8 @@ def test_perf_refresh_refuses_a_dirty_tree_unless_allowed(project):
     text = "\n".join(res.errlines)
     assert "--perf-refresh refused:" in text and "uncommitted changes to tracked files" in text
     assert "--perf-allow-dirty" in text and not (project.path / "baselines").exists()
-    res = project.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", "--perf-allow-dirty", "-p", "no:cacheprovider")
+    res = project.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", "--perf-allow-dirty",
+                            "-p", "no:cacheprovider")
     res.assert_outcomes(passed=1)
     doc = json.loads((project.path / "baselines" / HW / "misc.json").read_text())
     assert "-dirty-" in doc["entries"]["test_x.py::test_ratio"]["speedup"]["commit"]  # the provenance says so
