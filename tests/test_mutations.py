@@ -73,7 +73,6 @@ def _pytest(args: list[str], env_extra: dict[str, str], timeout: float = 900) ->
 
 @pytest.mark.parametrize("variable, value, shown", [
     (mutations.ENV, "collective_repeat", "collective_repeat"),
-    (mutations.ENV, "collective_slowdown:1.5", "collective_slowdown:1.5"),
     ("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", "4", "collective_slowdown:4"),  # the older knobs are mutations too
     ("PERFGATE_TEST_EXTRA_PARAM_COPY", "1", "extra_param_copy")])
 def test_refresh_refused_with_a_mutation(tmp_path, variable, value, shown):
