@@ -1,23 +1,27 @@
-"""Test-only mutations: planted performance bugs that prove the gates fire.
+"""Test-only mutations: planted performance bugs that prove the gates fire. One registry.
 
 A gate that never fails proves nothing. Each mutation here plants one real performance bug in
 the code under test (not in the measurement), so that ``tests/test_mutations.py`` can run the
 real workload with the bug and assert that the gate's verdict is ``regression``.
 
-Switched on only through one environment variable, never in normal runs::
+Every test-only knob is one :class:`Mutation` in :data:`MUTATIONS`, switched on only through
+the environment, never in normal runs::
 
-    PERFGATE_TEST_MUTATION=name[,name...] pytest -m cpu perf/offload/test_expert_reads.py
+    PERFGATE_TEST_MUTATION=name[:factor][,name[:factor]...] pytest -m cpu perf/...
 
-Workers inherit the variable, so a mutation reaches every rank and the vLLM server. While one is
-set, the plugin writes the names into the results document (``test_mutations``) and refuses
-``--perf-refresh``; ``perfgate refresh`` refuses such results files: nobody can turn a run with a
-planted bug into a baseline. docs/mutations.md has the table of bugs, metrics and tolerances.
-
-The older ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=k`` (workloads/collectives/ops.py) is the same kind of
-knob with a factor; ``collective_repeat`` here is its fixed k = 4 form.
+A mutation with a factor (a graded slowdown) takes ``name:factor``; ``name`` alone uses its
+default factor. Two knobs older than the registry keep their own variables as aliases
+(``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=k`` = ``collective_slowdown:k``,
+``PERFGATE_TEST_EXTRA_PARAM_COPY=1`` = ``extra_param_copy``). Workers inherit the variables, so a
+mutation reaches every rank and the vLLM server. While any is on, the results document says so
+(``test_mutations``), ``pytest --perf-refresh`` is refused and every baseline writer refuses such
+results (perfgate.store.baseline_writer): nobody can turn a run with a planted bug into a
+baseline. Adding a knob is adding one entry below and reading it with :func:`active` or
+:func:`factor` in the code under test. docs/mutations.md has the table of bugs and metrics.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -31,11 +35,27 @@ class Mutation:
     area: str
     bug: str      # what the planted bug does, as a user would describe the regression
     where: str    # the one place in the code under test that reads it
+    default_factor: float | None = None  # graded mutations only: the factor of a bare ``name``
+    neutral_factor: float = 1.0  # graded: the factor that changes nothing (counts as off); the least allowed
+    max_factor: float = math.inf  # graded: factors must lie below this
+    alias_env: str | None = None  # a variable older than the registry that also switches it on
+
+    @property
+    def graded(self) -> bool:
+        return self.default_factor is not None
 
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("collective_repeat", "collectives",
              "every timed gloo/NCCL collective is issued 4 times", "perfgate/workloads/collectives/ops.py"),
+    Mutation("collective_slowdown", "collectives",
+             "every timed collective takes k times as long (integer k: issued k times; fractional k, CPU "
+             "only: a busy wait stretches each sample)", "perfgate/workloads/collectives/ops.py",
+             default_factor=4.0, alias_env="PERFGATE_TEST_COLLECTIVE_SLOWDOWN"),
+    Mutation("extra_param_copy", "training",
+             "every training worker keeps a full extra copy of the parameters (a memory leak)",
+             "perfgate/workloads/training/engine.py (maybe_extra_param_copy)",
+             alias_env="PERFGATE_TEST_EXTRA_PARAM_COPY"),
     Mutation("sequential_segments", "offload",
              "the three segments of an expert are read one after another by one thread instead of in parallel",
              "perfgate/workloads/offload/expert_reads.py (ExpertReader.plan)"),
@@ -54,7 +74,8 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("gpu_step_slowdown", "training",
              "every GPU training step does a given fraction more device work (gpu_step_slowdown:0.10 = 10 %): "
              "bf16 matrix products on the step's stream, calibrated to the step's device time",
-             "perfgate/workloads/training/engine.py (BuiltCase.run_step, perfgate/workloads/device_burn.py)"),
+             "perfgate/workloads/training/engine.py (BuiltCase.run_step, perfgate/workloads/device_burn.py)",
+             default_factor=0.10, neutral_factor=0.0, max_factor=100.0),
     Mutation("cache_fifo_eviction", "offload",
              "the expert cache (admit-after-N policy) evicts in insertion order instead of least recently used",
              "perfgate/workloads/offload/cache_sim.py (admit_after_hits)"),
@@ -62,56 +83,111 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
 
 
 class MutationError(ValueError):
-    """PERFGATE_TEST_MUTATION names a mutation that does not exist."""
+    """A mutation variable names a mutation that does not exist, or gives a bad factor."""
 
 
-def _parsed(environ=None) -> dict[str, float | None]:
-    """``name[:factor],...`` -> {name: factor or None}; raises on a bad factor."""
-    raw = (os.environ if environ is None else environ).get(ENV, "")
+def _factor(m: Mutation, text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (m.neutral_factor <= value < m.max_factor and math.isfinite(value)):
+        raise MutationError(f"{where}: the factor must be a finite number >= {m.neutral_factor:g}"
+                            f"{f' and < {m.max_factor:g}' if math.isfinite(m.max_factor) else ''}, got {text!r}")
+    return value
+
+
+def _from_main_variable(raw: str) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    for part in (p.strip() for p in raw.split(",")):
-        if not part:
+    unknown = []
+    for item in (x.strip() for x in raw.split(",")):
+        if not item:
             continue
-        name, _, value = part.partition(":")
-        try:
-            out[name.strip()] = float(value) if value else None
-        except ValueError:
-            raise MutationError(f"{ENV}={raw!r}: factor {value!r} of {name!r} is not a number") from None
-        if value and not (0 < out[name.strip()] < 100):
-            raise MutationError(f"{ENV}={raw!r}: factor of {name!r} must be in (0, 100)")
-    return out
-
-
-def factor(name: str, environ=None) -> float | None:
-    """The factor given with mutation ``name`` (``name:0.1`` -> 0.1), or None when it is off or has none."""
-    return _parsed(environ).get(name) if name in active_names(environ) else None
-
-
-def active_names(environ=None) -> tuple[str, ...]:
-    """The mutations switched on, in the order given; raises on an unknown name."""
-    raw = (os.environ if environ is None else environ).get(ENV, "")
-    names = tuple(_parsed(environ))
-    unknown = [n for n in names if n not in MUTATIONS]
+        name, sep, text = item.partition(":")
+        m = MUTATIONS.get(name.strip())
+        if m is None:
+            unknown.append(name.strip())
+            continue
+        if sep and not m.graded:
+            raise MutationError(f"{ENV}={raw!r}: {m.name} takes no factor (only graded mutations do: "
+                                f"{', '.join(n for n, x in MUTATIONS.items() if x.graded)})")
+        out[m.name] = _factor(m, text, f"{ENV}={raw!r}: {m.name}") if sep else m.default_factor
     if unknown:
         raise MutationError(f"{ENV}={raw!r}: unknown mutation(s) {unknown}; known: {', '.join(MUTATIONS)} "
                             f"(unset it for a normal run)")
-    return names
+    return out
+
+
+def _from_alias(m: Mutation, raw: str) -> tuple[bool, float | None]:
+    """An older variable: a graded one holds the factor (neutral: off), a switch holds 1 (0 or empty: off)."""
+    if m.graded:
+        k = _factor(m, raw, f"{m.alias_env}")
+        return k != m.neutral_factor, k
+    if raw.strip() in ("", "0"):
+        return False, None
+    if raw.strip() != "1":
+        raise MutationError(f"{m.alias_env} must be 1 (on) or 0 (off), got {raw!r}; or use {ENV}={m.name}")
+    return True, None
+
+
+def active_factors(environ=None) -> dict[str, float | None]:
+    """Every mutation switched on (either form), in registry order, with its factor (None: no factor).
+
+    A graded knob at its neutral factor changes nothing and counts as off. Raises MutationError on an unknown
+    name or a bad value, naming the variable."""
+    env = os.environ if environ is None else environ
+    on = _from_main_variable(env.get(ENV, ""))
+    for m in MUTATIONS.values():
+        raw = env.get(m.alias_env) if m.alias_env else None
+        if raw is None:
+            continue
+        alias_on, k = _from_alias(m, raw)
+        if alias_on and m.name in on and on[m.name] != k:
+            raise MutationError(f"{m.alias_env}={raw!r} and {ENV} both set {m.name} differently; set one")
+        if alias_on:
+            on[m.name] = k
+    return {n: on[n] for n in MUTATIONS if n in on and on[n] != MUTATIONS[n].neutral_factor}
+
+
+def active_names(environ=None) -> tuple[str, ...]:
+    """The mutations switched on, in registry order; raises on an unknown name or a bad factor."""
+    return tuple(active_factors(environ))
 
 
 def active(name: str) -> bool:
     """Whether the code under test should plant bug ``name`` now (read on every call: cheap)."""
     if name not in MUTATIONS:
         raise KeyError(f"no mutation {name!r} in perfgate.mutations.MUTATIONS")
-    return name in active_names()
+    return name in active_factors()
+
+
+def factor(name: str, environ=None) -> float | None:
+    """A graded mutation's factor now (``name:0.1`` -> 0.1), or None when it is off."""
+    if name not in MUTATIONS or not MUTATIONS[name].graded:
+        raise KeyError(f"no graded mutation {name!r} in perfgate.mutations.MUTATIONS")
+    return active_factors(environ).get(name)
+
+
+def describe(factors: dict[str, float | None]) -> str:
+    return ",".join(n if k is None else f"{n}:{k:g}" for n, k in factors.items())
 
 
 def note() -> str | None:
     """One line for reports and results files, or None when no mutation is set."""
-    names = active_names()
-    if not names:
+    factors = active_factors()
+    if not factors:
         return None
-    return (f"{ENV}={','.join(names)}: planted performance bug(s), results are not baselines "
-            f"({'; '.join(MUTATIONS[n].bug for n in names)})")
+    return (f"test-only mutation(s) {describe(factors)}: planted performance bug(s), results are not "
+            f"baselines ({'; '.join(MUTATIONS[n].bug for n in factors)})")
+
+
+def results_mark() -> dict | None:
+    """What a results document records while mutations are on (``doc[RESULTS_KEY]``), or None."""
+    factors = active_factors()
+    if not factors:
+        return None
+    return {"names": list(factors), "factors": {n: k for n, k in factors.items() if k is not None},
+            "note": note()}
 
 
 def collective_repeat() -> int:

@@ -33,7 +33,7 @@ from perfgate.recorder import PerfRecorder
 from perfgate.report import outputs, run_report
 from perfgate.report.textable import resolve_width
 from perfgate.runcache import RunCache
-from perfgate.session import WORKER_KEY, PerfState, check_mutations
+from perfgate.session import WORKER_KEY, PerfState
 from perfgate.store import interrupts
 from perfgate.store.baselines import BaselineError
 from perfgate.store.readers import ReadError
@@ -56,7 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-baselines", metavar="DIR", help="baseline folder (default: [tool.perfgate] baselines)")
     g.addoption("--perf-save", metavar="PATH", help="write this run's results as JSON")
     g.addoption("--perf-refresh", action="store_true",
-                help="write this run's results as baselines for the current hardware id")
+                help="write this run's results as baselines for the current hardware id (the checks of "
+                     "`perfgate refresh`: a committed tree, no test-only mutation, one workload)")
+    g.addoption("--perf-allow-dirty", action="store_true",
+                help="with --perf-refresh: accept a tree with uncommitted changes (its diff hash is the provenance)")
+    g.addoption("--perf-allow-other-workload", action="store_true",
+                help="with --perf-refresh: replace stored baselines that measured another workload")
     g.addoption("--perf-retries", type=int, metavar="N", help="re-measure a suspected regression up to N times")
     g.addoption("--perf-strict", action="store_true", help="fail on 'noisy' verdicts too")
     g.addoption("--perf-markdown", metavar="PATH", help="write a Markdown summary (for CI job summaries)")
@@ -96,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
         state = config.stash[_STATE] = PerfState(config)
     except (ConfigError, BaselineError, ReadError, HardwareIdError, PathError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
-    check_mutations(config)
+    outputs.check_before_run(config, state)
     if worker:
         handed = config.workerinput.get(WORKER_KEY) or {}
         state.started_wall = handed.get("started_wall", state.started_wall)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from perfgate import mutations
 from perfgate.judge.baseline_choice import BaselineChooser
 from perfgate.judge.config import ConfigError, load_settings
 from perfgate.judge.gate import Context
@@ -29,7 +28,7 @@ WORKER_KEY = "perfgate"  # what the xdist controller hands its workers in worker
 class PerfState:
     def __init__(self, config: pytest.Config):
         opt = config.getoption
-        baselines_dir = Path(opt("--perf-baselines")).resolve() if opt("--perf-baselines") else None
+        baselines_dir = Path(opt("--perf-baselines")) if opt("--perf-baselines") else None
         self.hardware_id = resolve_hardware_id(opt("--perf-hardware-id"))
         self.settings = load_settings(Path(config.rootpath), baselines_dir, self.hardware_id)  # once
         if opt("--perf-retries") is not None:
@@ -80,14 +79,4 @@ class PerfState:
         --perf-allow-tainted (then gated anyway, the plugin still labels the results)."""
         return Context(self.settings, self.policy, () if self.allow_tainted else tuple(self.tainted))
 
-
-def check_mutations(config: pytest.Config) -> None:
-    """A planted test bug (perfgate.mutations) must never become a baseline."""
-    try:
-        names = mutations.active_names()
-    except mutations.MutationError as exc:
-        raise pytest.UsageError(f"perfgate: {exc}") from None
-    if names and config.getoption("--perf-refresh"):
-        raise pytest.UsageError(f"perfgate: --perf-refresh refused: {mutations.ENV}={','.join(names)} plants "
-                                f"performance bugs; unset it to refresh baselines")
 

@@ -214,6 +214,7 @@ def test_signal_during_refresh_completes_the_write_and_exits_0(tmp_path, sig):
 def test_concurrent_refreshes_lose_no_entries(tmp_path):
     # four `perfgate refresh` processes merging into the same baseline files at the same time
     n = 4
+    (tmp_path / "baselines").mkdir()  # refresh creates a baselines folder only where one is named
     files = [results_doc(tmp_path / f"r{i}.json", {f"test_{i}": 1.0 + i}, padding=40_000) for i in range(n)]
     procs = [subprocess.Popen(refresh_cmd(f, tmp_path), cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for f in files]

@@ -482,7 +482,8 @@ def test_property_results_reader_and_the_commands_behind_it(data):
             results_mod.baseline_entries(doc, include_tainted=True)
             results_mod.pool([doc, doc], ["a", "b"])
         # the commands: an exit code and at most one line on stderr, never a traceback
-        for argv in (["refresh", str(path), "--yes", "--root", tmp, "--include-tainted"],
+        for argv in (["refresh", str(path), "--yes", "--root", tmp, "--include-tainted",
+                      "--baselines", str(root / "baselines")],  # named: created if refresh accepts the file
                      ["compare", str(path), str(path), "--root", tmp]):
             rc, err = _quiet_main(argv)
             assert rc in (0, 1, 2), (argv, rc, err)

@@ -48,7 +48,8 @@ def test_unknown_mutation_is_refused(monkeypatch):
 
 
 def test_mutations_off_by_default(monkeypatch):
-    monkeypatch.delenv(mutations.ENV, raising=False)
+    for variable in [mutations.ENV, *(m.alias_env for m in mutations.MUTATIONS.values() if m.alias_env)]:
+        monkeypatch.delenv(variable, raising=False)
     assert mutations.active_names() == () and mutations.note() is None
     assert mutations.collective_repeat() == 1
     assert not any(mutations.active(name) for name in mutations.MUTATIONS)
@@ -70,11 +71,16 @@ def _pytest(args: list[str], env_extra: dict[str, str], timeout: float = 900) ->
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_refresh_refused_with_a_mutation(tmp_path):
-    out = _pytest(["tests/test_mutations.py::test_mutations_off_by_default", "--perf-refresh",
-                   "--perf-baselines", str(tmp_path)], {mutations.ENV: "collective_repeat"})
+@pytest.mark.parametrize("variable, value, shown", [
+    (mutations.ENV, "collective_repeat", "collective_repeat"),
+    ("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", "4", "collective_slowdown:4"),  # the older knobs are mutations too
+    ("PERFGATE_TEST_EXTRA_PARAM_COPY", "1", "extra_param_copy")])
+def test_refresh_refused_with_a_mutation(tmp_path, variable, value, shown):
+    out = _pytest(["tests/test_mutations.py::test_mutations_off_by_default", "--perf-refresh", "--perf-allow-dirty",
+                   "--perf-baselines", str(tmp_path)], {variable: value})
     assert out.returncode != 0
-    assert "--perf-refresh refused: PERFGATE_TEST_MUTATION=collective_repeat" in out.stdout + out.stderr
+    assert f"--perf-refresh refused: test-only mutation(s) {shown} are on" in out.stdout + out.stderr
+    assert not any(tmp_path.iterdir())
 
 
 def test_refresh_command_refuses_mutated_results(tmp_path):
@@ -92,7 +98,8 @@ def test_refresh_command_refuses_mutated_results(tmp_path):
 def refresh_args(path: Path, tmp_path: Path):
     import argparse
 
-    return argparse.Namespace(results=[path], baselines=tmp_path / "b", root=ROOT, yes=True, include_tainted=False)
+    return argparse.Namespace(results=[path], baselines=tmp_path / "b", root=ROOT, yes=True, include_tainted=False,
+                              allow_dirty=False, force=False, allow_other_workload=False)
 
 
 def test_deterministic_single_sample_metric_can_fail():

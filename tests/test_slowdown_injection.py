@@ -21,7 +21,7 @@ def run_pytest(tmp_path: Path, *extra: str, env_extra: dict | None = None) -> su
 
 
 def test_injected_collective_slowdown_fails_as_regression(tmp_path):
-    first = run_pytest(tmp_path, "--perf-refresh")
+    first = run_pytest(tmp_path, "--perf-refresh", "--perf-allow-dirty")  # in this checkout, maybe mid-edit
     assert first.returncode == 0, first.stdout + first.stderr
     slow = run_pytest(tmp_path, "--perf-gate=all", "--perf-retries=0", f"--perf-save={tmp_path / 'r.json'}",
                       env_extra={"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "4"})

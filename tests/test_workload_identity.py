@@ -170,7 +170,18 @@ def test_the_committed_gpu_baselines_name_what_the_gpu_profile_serves(tmp_path, 
 def test_refresh_says_when_the_old_numbers_measured_another_workload(project, monkeypatch, capsys):
     monkeypatch.setenv("MODEL", "qwen2 h3584 L28")
     project.runpytest(HW, "--perf-save=b.json", "-p", "no:cacheprovider").assert_outcomes(passed=1)
-    assert cli_main(["refresh", str(project.path / "b.json"), "--yes", "--root", str(project.path)]) == 0
+    path = project.path / "baselines" / "cpu-Test-2c" / "misc.json"
+    before = path.read_bytes()
+    # replacing a baseline of another workload is refused unless asked for (the same on every write path)
+    assert cli_main(["refresh", str(project.path / "b.json"), "--yes", "--root", str(project.path)]) == 2
+    captured = capsys.readouterr()
+    assert "pass --allow-other-workload to replace them" in captured.err and path.read_bytes() == before
+    res = project.runpytest(HW, "--perf-refresh", "-p", "no:cacheprovider")
+    assert res.ret == 1 and path.read_bytes() == before
+    res.stdout.fnmatch_lines(["*--perf-refresh stopped: not written: the stored baselines of 1 test(s) measured "
+                              "another workload*pass --perf-allow-other-workload*"])
+    assert cli_main(["refresh", str(project.path / "b.json"), "--yes", "--root", str(project.path),
+                     "--allow-other-workload"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert ("the old numbers of 1 test(s) (test_sweep) measured another workload: "
             "model: llama h2048 L22 (baseline) -> qwen2 h3584 L28 (here)") in out

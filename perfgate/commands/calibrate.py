@@ -15,7 +15,11 @@ at the chosen false-alarm rate alpha and power: (z(1-alpha) + z(power)) * spread
 These are upper bounds on false alarms: the gate also asks for a significant rank test.
 
 With --write, the N runs' pooled samples become the baseline for this hardware id, with
-the proposed tolerance and the spread stored beside them (after review, or --yes).
+the proposed tolerance and the spread stored beside them (after review, or --yes), through
+perfgate.store.baseline_writer: the runs must be clean (no test-only mutation, a committed tree
+unless --allow-dirty), every number finite, no stored baseline of another workload replaced
+unless --allow-other-workload. (Runs that disagree are not refused here, unlike refresh: the
+proposed tolerance is made from their disagreement.)
 """
 from __future__ import annotations
 
@@ -33,8 +37,9 @@ from rich.console import Console
 from rich.progress import Progress
 from scipy.stats import norm
 
-from perfgate.store import interrupts, results as results_mod
-from perfgate.store.baselines import BaselineEntry, BaselineStore, now_iso
+from perfgate.store import baseline_writer, interrupts, results as results_mod
+from perfgate.store.baseline_writer import Checks
+from perfgate.store.baselines import BaselineEntry, now_iso
 from perfgate.judge.config import load_settings
 from perfgate.judge.gate import tolerance
 from perfgate.machine.hardware_id import check_hardware_id
@@ -49,7 +54,8 @@ DEFAULT_FRACTION_FLOOR = 0.01
 
 
 _OWN_OPTIONS = {"--runs", "--k", "--floor", "--fraction-floor", "--alpha", "--power", "--write", "--yes",
-                "--include-tainted", "--hardware-id", "--baselines", "--root", "--keep"}
+                "--include-tainted", "--hardware-id", "--baselines", "--root", "--keep", "--allow-dirty",
+                "--allow-other-workload"}
 
 
 def register(sub) -> None:
@@ -66,6 +72,10 @@ def register(sub) -> None:
     p.add_argument("--write", action="store_true", help="store pooled samples, spread and proposal as the baseline")
     p.add_argument("--yes", "-y", action="store_true", help="with --write: write without asking")
     p.add_argument("--include-tainted", action="store_true", help="also use metrics measured on a busy machine")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="with --write: accept runs of a tree with uncommitted changes (recorded as provenance)")
+    p.add_argument("--allow-other-workload", action="store_true",
+                   help="with --write: replace stored baselines that measured another workload")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
     p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
@@ -241,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{', '.join(ours)} came after the tests and would go to pytest: put perfgate "
                              f"options first, e.g. `perfgate calibrate --runs 5 -- -m cpu perf/`")
     root = args.root.resolve()
-    settings = load_settings(root, args.baselines.resolve() if args.baselines else None)
+    settings = load_settings(root, args.baselines)
     if args.baselines:
         pytest_args += ["--perf-baselines", str(settings.baselines)]
     console = Console(width=200)
@@ -279,19 +289,25 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     if not args.write:
         return 0
-    by_area = entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor)
-    store = BaselineStore(settings.baselines)
-    count = sum(len(m) for e in by_area.values() for m in e.values())
+    # force: calibrate's tolerance is made from how far its runs disagree, so their disagreement is its
+    # measurement, not a reason to refuse it (refresh's check compares runs against a tolerance set before)
+    checks = Checks(allow_dirty=args.allow_dirty, force=True, include_tainted=args.include_tainted,
+                    allow_other_workload=args.allow_other_workload)
+    names = [f"calibration run {i + 1}" for i in range(len(docs))]
+    baseline_writer.check_documents(docs, names, checks)
+    plan = baseline_writer.plan_from_entries(
+        hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor),
+        fingerprint=docs[-1].get("fingerprint"), source=f"calibrate ({args.runs} runs)")
+    store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
+                                              pyproject=root / "pyproject.toml")
     if not args.yes:
         if not sys.stdin.isatty():
             print("not written: pass --yes to write without a terminal to confirm on", file=sys.stderr)
             return 1
-        answer = input(f"write {count} calibrated metric(s) to {store.root / hardware_id}? [y/N] ").strip().lower()
+        answer = input(f"write {plan.count} calibrated metric(s) to {store.root / hardware_id}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             print("not written")
             return 1
-    with interrupts.writing(f"the baselines in {store.root / hardware_id}"):
-        for area, area_entries in sorted(by_area.items()):
-            path = store.write(hardware_id, area, area_entries, fingerprint=docs[-1].get("fingerprint"))
-            interrupts.say_while_writing(f"wrote {path}")
+    baseline_writer.write_plan(store, plan, checks,
+                               wrote=lambda path, prev: interrupts.say_while_writing(f"wrote {path}"))
     return 0

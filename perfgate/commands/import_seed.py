@@ -6,7 +6,9 @@ against the report without reading Python. They are written to ``baselines/8xV10
 ``imported`` entries (median = the reported number, n = runs the report averaged), so
 the first run on such a machine is judged against the report. An imported number never
 replaces a measured one unless --force: a measurement of the real machine is better
-evidence than a report of another one.
+evidence than a report of another one. Written through perfgate.store.baseline_writer, like
+every baseline: a number that is not finite (a NaN typed into the table) stops the import in
+one line naming the seed file, the test and the metric, before anything is written.
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from perfgate.store import interrupts
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store import baseline_writer, interrupts
+from perfgate.store.baseline_writer import Checks
+from perfgate.store.baselines import BaselineEntry
 from perfgate.judge.config import load_settings
 from perfgate.judge.metrics import Summary
 from perfgate.report.run_report import fmt_number, short_id
@@ -130,9 +133,13 @@ def collected_ids(root: Path) -> set[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
-    store = BaselineStore(settings.baselines)
+    settings = load_settings(args.root, args.baselines)
     seed = load_seed(args.seed)
+    # every number finite before anything is shown or written (a NaN typed into the table: one line)
+    baseline_writer.plan_from_entries(seed.hardware_id, entries_by_area(seed), fingerprint=seed.fingerprint,
+                                      source=str(args.seed))
+    store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
+                                              pyproject=Path(args.root) / "pyproject.toml")
     hw = seed.hardware_id
     console = Console(width=180)
     plan: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
@@ -168,9 +175,8 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         console.print("dry run: nothing written")
         return 0
-    with interrupts.writing(f"the imported baselines in {store.root / hw}"):
-        for area, tests in sorted(plan.items()):
-            path = store.write(hw, area, tests, fingerprint=seed.fingerprint)
-            interrupts.say_while_writing(f"wrote {sum(len(m) for m in tests.values())} metric(s) to {path}",
-                                         console.print)
+    checked = baseline_writer.plan_from_entries(hw, plan, fingerprint=seed.fingerprint, source=str(args.seed))
+    counts = {area: sum(len(m) for m in tests.values()) for area, tests in plan.items()}
+    baseline_writer.write_plan(store, checked, Checks(), wrote=lambda path, prev: interrupts.say_while_writing(
+        f"wrote {counts[path.stem]} metric(s) to {path}", console.print))
     return 0

@@ -8,7 +8,11 @@ replaces is kept as ``<area>.json.prev``.
 Several results files are pooled (perfgate.store.results.pool), each metric keeping one summary
 per run for the between-run noise model; a gated metric whose run medians disagree beyond
 its tolerance stops the refresh with the runs side by side (``--force`` pools them anyway),
-and runs from an uncommitted tree need ``--allow-dirty``.
+runs from an uncommitted tree need ``--allow-dirty``, and replacing a baseline of another
+workload needs ``--allow-other-workload``: the checks of perfgate.store.baseline_writer, the
+same on every path that writes baselines. A baselines folder that does not exist is created
+only where it is named (``--baselines`` or ``[tool.perfgate]``). Names from the files are
+shown escaped (a control character in an id cannot rewrite the terminal).
 """
 from __future__ import annotations
 
@@ -17,11 +21,11 @@ import sys
 from pathlib import Path
 
 
-from perfgate.store import interrupts, results as results_mod
-from perfgate import mutations
-from perfgate.judge import run_noise
-from perfgate.store.baselines import BaselineStore
 from perfgate.judge.config import load_settings
+from perfgate.report.escape import printable
+from perfgate.store import baseline_writer, interrupts, results as results_mod
+from perfgate.store.baseline_writer import Checks
+from perfgate.store.baselines import BaselineStore
 from perfgate.judge.fingerprint_check import compare as compare_fingerprints, workload_changes
 from perfgate.report.run_report import fmt_number, short_id
 from perfgate.report.textable import Column, render, stdout_width, wrap_words
@@ -31,7 +35,8 @@ def register(sub) -> None:
     p = sub.add_parser("refresh", help="write baselines from a results file (shows a diff first)")
     p.add_argument("results", type=Path, nargs="+",
                    help="results JSON written by `pytest --perf-save`; several runs of one hardware id are pooled")
-    p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
+    p.add_argument("--baselines", type=Path,
+                   help="baseline folder (default: [tool.perfgate] baselines; created if named here)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
     p.add_argument("--yes", "-y", action="store_true", help="write without asking")
     p.add_argument("--include-tainted", action="store_true", help="also take metrics measured on a busy machine")
@@ -39,6 +44,8 @@ def register(sub) -> None:
                    help="pool runs even where their medians disagree beyond the tolerance")
     p.add_argument("--allow-dirty", action="store_true",
                    help="accept runs measured on a tree with uncommitted changes (commit ends in -dirty-<diff hash>)")
+    p.add_argument("--allow-other-workload", action="store_true",
+                   help="replace stored baselines that measured another workload (model, engine flags)")
     p.set_defaults(func=run)
 
 
@@ -65,96 +72,82 @@ def _diff_table(rows: list[list[str]], provenances: list[str], *, width: int, ti
 
 
 def run(args: argparse.Namespace) -> int:
+    names = [str(p) for p in args.results]
     docs = [results_mod.load(p) for p in args.results]
-    for p, d in zip(args.results, docs):
-        if d.get("interrupted"):
-            raise ValueError(f"{p} comes from an interrupted run; re-run to completion before refreshing")
-        if d.get(mutations.RESULTS_KEY):
-            raise ValueError(f"{p} was measured with planted bugs ({d[mutations.RESULTS_KEY]['note']}); "
-                             f"re-run without {mutations.ENV} before refreshing")
-        if d.get("ab"):
-            raise ValueError(f"{p} is a `perfgate ab` comparison (per-round medians of two environments), not a "
-                             f"run; refresh from `pytest --perf-save` results")
-    dirty = [f"{p} (commit {d.get('commit')})" for p, d in zip(args.results, docs)
-             if "-dirty" in (d.get("commit") or "")]
-    if dirty and not args.allow_dirty:
-        raise ValueError(f"measured on an uncommitted tree: {', '.join(dirty)}; commit and re-run, "
-                         f"or pass --allow-dirty to record the dirty tree's commit and diff hash as provenance")
-    doc = results_mod.pool(docs, [str(p) for p in args.results], include_tainted=args.include_tainted)
-    clash = _disagreeing(doc)
-    if clash and not args.force:
-        for line in _disagreement_table(clash, [str(p) for p in args.results], width=stdout_width()):
+    checks = Checks(allow_dirty=args.allow_dirty, force=args.force, include_tainted=args.include_tainted,
+                    allow_other_workload=args.allow_other_workload)
+    try:
+        plan = baseline_writer.plan_from_results(docs, names, checks, say=baseline_writer.stderr)
+    except baseline_writer.RunsDisagree as exc:
+        for line in _disagreement_table(exc.clash, names, width=stdout_width()):
             print(line)
-        print(f"not written: {len(clash)} gated metric(s) whose run medians disagree beyond their tolerance "
-              f"(one run would fail against another); find out why, or pass --force to pool them anyway",
-              file=sys.stderr)
+        print(exc, file=sys.stderr)
         return 1
-    settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
-    store = BaselineStore(settings.baselines)
-    hw = doc["hardware_id"]
-    by_area = results_mod.baseline_entries(doc, include_tainted=args.include_tainted)
-    if not by_area:
-        print(f"perfgate refresh: nothing written: {_why_nothing(doc, ', '.join(map(str, args.results)))}",
-              file=sys.stderr)
+    hw, doc = plan.hardware_id, plan.doc
+    if not plan.by_area:
+        print(f"perfgate refresh: nothing written: {_why_nothing(doc, ', '.join(names))}", file=sys.stderr)
         return 1
+    settings = load_settings(args.root, args.baselines)
+    store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
+                                              pyproject=Path(args.root) / "pyproject.toml")
     width = stdout_width()
 
     def say(text: str) -> None:
         for line in wrap_words(text, width, "    "):
             print(line)
 
-    others = [h for h in store.hardware_ids() if h != hw]
+    others = [printable(h) for h in store.hardware_ids() if h != hw]
     if hw not in store.hardware_ids():
         say(f"hardware id {hw} has no baselines yet: a new folder {store.root / hw} will be created; existing "
             f"folders ({', '.join(others) or 'none'}) stay untouched")
-    changes = 0
-    for area, entries in sorted(by_area.items()):
-        old = store.load(hw, area)
-        old_doc = store.document(hw, area)
-        rows, provenances = [], []
-        changed_workloads: dict[str, set[str]] = {}  # what changed -> tests
-        for test, metrics in sorted(entries.items()):
-            for name, new in sorted(metrics.items()):
-                prev = old.get(test, {}).get(name)
-                moved = workload_changes(prev.workload if prev else None, new.workload)
-                if moved:
-                    changed_workloads.setdefault(moved, set()).add(short_id(test))
-                change = "new"
-                if prev is not None and prev.summary.median:
-                    change = f"{(new.summary.median / prev.summary.median - 1) * 100:+.1f}%"
-                provenances.append(f"{prev.provenance}, {prev.when}, {prev.commit}" if prev else "-")
-                rows.append([short_id(test), name, fmt_number(prev.summary.median if prev else None),
-                             fmt_number(new.summary.median), new.unit, change, str(len(new.runs))])
-                changes += 1
-        print()
-        for line in _diff_table(rows, provenances, width=width, title=f"{hw}/{area}.json"):
-            print(line)
-        old_sw = ((old_doc.get("fingerprint") or {}).get("software")) if old_doc else None
-        if old_sw:
-            say(f"  old software: {_software_line(old_sw)}")
-        if old_doc and old_doc.get("fingerprint"):
-            moved = compare_fingerprints(old_doc["fingerprint"], doc.get("fingerprint") or {}).relevant
-            if moved:
-                say(f"  the old numbers were measured on a machine that differs in: {'; '.join(moved)}")
-        for moved, tests in sorted(changed_workloads.items()):
-            say(f"  the old numbers of {len(tests)} test(s) ({', '.join(sorted(tests))}) measured another "
-                f"workload: {moved}")
+    for area, entries in sorted(plan.by_area.items()):
+        _review_area(store, hw, area, entries, doc, width=width, say=say)
     say(f"  new software: {_software_line((doc.get('fingerprint') or {}).get('software'))}; "
-        f"commit {doc.get('commit')}, measured {doc.get('created')}")
+        f"commit {printable(str(doc.get('commit')))}, measured {printable(str(doc.get('created')))}")
     if not args.yes:
         if not sys.stdin.isatty():
             print("not written: pass --yes to write without a terminal to confirm on", file=sys.stderr)
             return 1
-        answer = input(f"write {changes} metric(s) to {store.root / hw}? [y/N] ").strip().lower()
+        answer = input(f"write {plan.count} metric(s) to {store.root / hw}? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             print("not written")
             return 1
-    with interrupts.writing(f"the baselines in {store.root / hw}"):  # all areas or, before it starts, none
-        for area, entries in sorted(by_area.items()):
-            path = store.write(hw, area, entries, fingerprint=doc.get("fingerprint"))
-            interrupts.say_while_writing(f"wrote {path}" + (f" (previous kept as {path.name}.prev)"
-                                                            if Path(str(path) + '.prev').exists() else ""))
+    baseline_writer.write_plan(store, plan, checks, wrote=lambda path, prev: interrupts.say_while_writing(
+        f"wrote {path}" + (f" (previous kept as {path.name}.prev)" if prev else "")))
     return 0
+
+
+def _review_area(store: BaselineStore, hw: str, area: str, entries: dict, doc: dict, *, width: int, say) -> None:
+    """Old vs new for one area, with what the old numbers were measured on where it differs."""
+    old = store.load(hw, area)
+    old_doc = store.document(hw, area)
+    rows, provenances = [], []
+    changed_workloads: dict[str, set[str]] = {}  # what changed -> tests
+    for test, metrics in sorted(entries.items()):
+        for name, new in sorted(metrics.items()):
+            prev = old.get(test, {}).get(name)
+            moved = workload_changes(prev.workload if prev else None, new.workload)
+            if moved:
+                changed_workloads.setdefault(moved, set()).add(short_id(test))
+            change = "new"
+            if prev is not None and prev.summary.median:
+                change = f"{(new.summary.median / prev.summary.median - 1) * 100:+.1f}%"
+            provenances.append(printable(f"{prev.provenance}, {prev.when}, {prev.commit}") if prev else "-")
+            rows.append([printable(short_id(test)), printable(name), fmt_number(prev.summary.median if prev else None),
+                         fmt_number(new.summary.median), printable(new.unit), change, str(len(new.runs))])
+    print()
+    for line in _diff_table(rows, provenances, width=width, title=printable(f"{hw}/{area}.json")):
+        print(line)
+    old_sw = ((old_doc.get("fingerprint") or {}).get("software")) if old_doc else None
+    if old_sw:
+        say(f"  old software: {_software_line(old_sw)}")
+    if old_doc and old_doc.get("fingerprint"):
+        moved = compare_fingerprints(old_doc["fingerprint"], doc.get("fingerprint") or {}).relevant
+        if moved:
+            say(printable(f"  the old numbers were measured on a machine that differs in: {'; '.join(moved)}"))
+    for moved, tests in sorted(changed_workloads.items()):
+        say(printable(f"  the old numbers of {len(tests)} test(s) ({', '.join(sorted(tests))}) measured another "
+                      f"workload: {moved}"))
 
 
 def _why_nothing(doc: dict, names: str) -> str:
@@ -168,17 +161,6 @@ def _why_nothing(doc: dict, names: str) -> str:
             f"machine, so not baseline material; re-run on a quiet machine, or pass --include-tainted")
 
 
-def _disagreeing(doc: dict) -> list[dict]:
-    """Gated metrics pooled from runs whose medians would fail against one another."""
-    out = []
-    for r in doc.get("results") or []:
-        runs = r.get("runs") or []
-        if r.get("gated", True) and run_noise.disagree([x["median"] for x in runs], r["tol"],
-                                                       absolute=r["unit"] == "fraction"):
-            out.append(r)
-    return out
-
-
 def _disagreement_table(clash: list[dict], files: list[str], *, width: int) -> list[str]:
     """The run medians of each refused metric side by side, one column per results file."""
     columns = [Column("test", fold=True, group=True), Column("metric", fold=True), Column("unit"),
@@ -187,7 +169,8 @@ def _disagreement_table(clash: list[dict], files: list[str], *, width: int) -> l
     for r in clash:
         by_file = {x.get("file"): x["median"] for x in r["runs"]}
         tol = f"{r['tol']:.3f}" if r["unit"] == "fraction" else f"{r['tol'] * 100:.0f}%"
-        rows.append([short_id(r["test_id"]), r["metric"], r["unit"], tol, *(fmt_number(by_file.get(f)) for f in files)])
-    legend = [f"  run {i + 1}: {f}" for i, f in enumerate(files)]
+        rows.append([printable(short_id(r["test_id"])), printable(r["metric"]), printable(r["unit"]), tol,
+                     *(fmt_number(by_file.get(f)) for f in files)])
+    legend = [f"  run {i + 1}: {printable(f)}" for i, f in enumerate(files)]
     return ["runs that disagree beyond tolerance (not pooled)", *legend,
             *(line.text for line in render(columns, rows, width=width))]

@@ -14,7 +14,7 @@ from perfgate.judge.guard import GuardConfigError, GuardSettings, apply as apply
 from perfgate.judge.patterns import PatternTable
 from perfgate.judge.policy import GATE_MODES
 from perfgate.store.readers import ReadError, read_toml
-from perfgate.store.safe_paths import inside_root
+from perfgate.store.safe_paths import absolute_keeping_last_link, inside_root
 
 DEFAULT_TOLERANCES = {
     "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
@@ -131,7 +131,7 @@ def load_settings(rootdir: Path, baselines_dir: Path | None = None, hardware_id:
     if not isinstance(base, str) or not base.strip():
         raise ConfigError(f"{pyproject} [tool.perfgate].baselines: must be a folder path as a string, like "
                           f"\"baselines\", got {base!r}"[:300])
-    settings = Settings(baselines=(baselines_dir or (rootdir / base)).resolve())
+    settings = Settings(baselines=absolute_keeping_last_link(baselines_dir or (rootdir / base)))
     if table:
         _apply(settings, table, f"{pyproject} [tool.perfgate]")
         settings.sources.append(str(pyproject))

@@ -1,7 +1,10 @@
 """What a pytest session writes when it ends: the results file, history, Markdown summary, refresh.
 
 Called by the plugin's ``pytest_sessionfinish`` with signals held, so a Ctrl-C never leaves a
-half-written file behind.
+half-written file behind. A write that fails (read-only folder, ``/proc/x.json``, disk full, a
+held lock) is one line under the report, which is still printed, and the session fails.
+``--perf-refresh`` goes through perfgate.store.baseline_writer, so it refuses what
+``perfgate refresh`` refuses; :func:`check_before_run` says the refusals known at start-up.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from perfgate.judge.policy import CPU_ID_PREFIX
 from perfgate.machine import hardware
 from perfgate.report import run_report
 from perfgate.session import PerfState
-from perfgate.store import results as results_mod
+from perfgate.store import baseline_writer, results as results_mod
+from perfgate.store.baseline_writer import Checks
 
 
 def document(config: pytest.Config, state: PerfState) -> dict:
@@ -24,8 +28,9 @@ def document(config: pytest.Config, state: PerfState) -> dict:
         state.results, hardware_id=state.hardware_id, fingerprint=hardware.fingerprint(),
         commit=results_mod.git_commit(Path(config.rootpath)), attachments=state.attachments,
         interrupted=state.interrupted, skipped_by_budget=state.skipped_by_budget)
-    if mutations.active_names():
-        doc[mutations.RESULTS_KEY] = {"names": list(mutations.active_names()), "note": mutations.note()}
+    mark = mutations.results_mark()
+    if mark:
+        doc[mutations.RESULTS_KEY] = mark
     return doc
 
 
@@ -45,42 +50,102 @@ def nothing_refreshed(config: pytest.Config, state: PerfState) -> str:
     return f"{why}; re-run on a quiet machine, or pass --perf-preflight off to skip the check"
 
 
+def refresh_checks(config: pytest.Config) -> Checks:
+    """What this session's --perf-refresh allows: the same checks as `perfgate refresh`."""
+    return Checks(allow_dirty=config.getoption("--perf-allow-dirty"),
+                  allow_other_workload=config.getoption("--perf-allow-other-workload"), prefix="--perf-")
+
+
+def check_before_run(config: pytest.Config, state: PerfState) -> None:
+    """Refusals that are known before a test runs, so a long session is not spent for nothing:
+    a mutation with --perf-refresh, a dirty tree with --perf-refresh, a results file or history
+    folder inside the baselines root (a results file over a committed baseline)."""
+    try:
+        names = mutations.describe(mutations.active_factors())
+    except mutations.MutationError as exc:
+        raise pytest.UsageError(f"perfgate: {exc}") from None
+    if hasattr(config, "workerinput"):
+        return  # the controller checked; workers write nothing
+    if config.getoption("--perf-refresh"):
+        if names:
+            raise pytest.UsageError(f"perfgate: --perf-refresh refused: test-only mutation(s) {names} are on "
+                                    f"({mutations.ENV} or an older knob, perfgate/mutations.py): planted performance "
+                                    f"bugs; unset them to refresh baselines")
+        commit = results_mod.git_commit(Path(config.rootpath)) or ""
+        if "-dirty" in commit and not config.getoption("--perf-allow-dirty"):
+            raise pytest.UsageError(f"perfgate: --perf-refresh refused: {config.rootpath} has uncommitted changes to "
+                                    f"tracked files (commit {commit}); commit them and re-run, or pass "
+                                    f"--perf-allow-dirty to record the dirty tree's commit and diff hash as provenance")
+    root = Path(state.settings.baselines).resolve()
+    for option in ("--perf-save", "--perf-history"):
+        value = config.getoption(option)
+        if value and (root == Path(value).resolve() or root in Path(value).resolve().parents):
+            raise pytest.UsageError(f"perfgate: {option} {value}: inside the baselines folder {root}, where a results "
+                                    f"file would be taken for (or overwrite) a baseline; save it elsewhere "
+                                    f"(e.g. {option} runs/{Path(value).name})")
+
+
+def _written(what: str, write) -> str | None:
+    """Run one output's write; a failure is one line (the report is still printed), not a traceback."""
+    try:
+        write()
+    except (OSError, ValueError) as exc:
+        detail = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return f"perfgate: {what} not written: {detail}"
+    return None
+
+
 def write_outputs(config: pytest.Config, state: PerfState) -> None:
     doc = document(config, state)
     doc["summary"] = outcomes.summary(state.results)  # counts, gated apart from recorded-only
+    failures = []
     if config.getoption("--perf-save"):
-        results_mod.save(Path(config.getoption("--perf-save")), doc)
-        if doc["interrupted"]:
+        failures.append(_written(f"--perf-save {config.getoption('--perf-save')}",
+                                 lambda: results_mod.save(Path(config.getoption("--perf-save")), doc)))
+        if doc["interrupted"] and not failures[-1]:
             state.save_note = (f"run interrupted: results of the {len({r.test_id for r in state.results})} "
                                f"finished test(s) saved to {config.getoption('--perf-save')} "
                                f"(marked \"interrupted\": true)")
     if config.getoption("--perf-history"):
         hist = Path(config.getoption("--perf-history"))
         stamp = doc["created"].replace(":", "").replace("+0000", "Z")
-        results_mod.save(hist / f"{stamp}-{doc['commit'] or 'nocommit'}.json", doc)
+        failures.append(_written(f"--perf-history {hist}", lambda: results_mod.save(
+            hist / f"{stamp}-{doc['commit'] or 'nocommit'}.json", doc)))
     if config.getoption("--perf-markdown"):
         md = run_report.markdown(state.results, hardware_id=state.hardware_id, commit=doc["commit"],
                              current_software=doc["fingerprint"]["software"],
                              skipped_by_budget=state.skipped_by_budget, notes=report_notes(state))
-        Path(config.getoption("--perf-markdown")).parent.mkdir(parents=True, exist_ok=True)
-        Path(config.getoption("--perf-markdown")).write_text(md)
+        target = Path(config.getoption("--perf-markdown"))
+
+        def write_markdown() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(md)
+        failures.append(_written(f"--perf-markdown {target}", write_markdown))
+    failures = [f for f in failures if f]
+    if failures:
+        state.save_note = "; ".join(filter(None, [state.save_note, *failures]))
+        state.refresh_failed = True  # a requested output that is missing must not look like a green run
     if config.getoption("--perf-refresh"):
-        if doc["interrupted"]:
-            state.refresh_note = "run was interrupted: baselines NOT refreshed (re-run to completion)"
-        elif not results_mod.baseline_entries(doc):
-            state.refresh_note = nothing_refreshed(config, state)
-            state.refresh_failed = True
-        else:
-            written = []
-            try:
-                for area, entries in results_mod.baseline_entries(doc).items():
-                    written.append(state.store.write(state.hardware_id, area, entries, fingerprint=doc["fingerprint"]))
-            except ValueError as exc:  # a test folder that cannot name a baseline file, a link out of the tree
-                state.refresh_note = f"perfgate: --perf-refresh stopped: {exc}" + (
-                    f" (already written: {', '.join(map(str, written))})" if written else " (nothing written)")
-                state.refresh_failed = True
-                return
-            state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
+        _refresh(config, state, doc)
+
+
+def _refresh(config: pytest.Config, state: PerfState, doc: dict) -> None:
+    """--perf-refresh: this session's results through perfgate.store.baseline_writer, like `perfgate refresh`."""
+    if doc["interrupted"]:
+        state.refresh_note = "run was interrupted: baselines NOT refreshed (re-run to completion)"
+        return
+    if not results_mod.baseline_entries(doc):
+        state.refresh_note = nothing_refreshed(config, state)
+        state.refresh_failed = True
+        return
+    try:
+        written = baseline_writer.write_baselines([doc], ["this session"], store=state.store,
+                                                  checks=refresh_checks(config), hold=False)
+    except ValueError as exc:  # a check refused, a name that cannot be a file, a failing write: one line
+        state.refresh_note = f"perfgate: --perf-refresh stopped: {exc}"
+        state.refresh_failed = True
+        return
+    state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
 
 
 def report_notes(state: PerfState) -> list[str]:

@@ -1,25 +1,50 @@
-"""Crash-safe file writes: a reader sees the old file or the complete new one, never half."""
+"""Crash-safe file writes: a reader sees the old file or the complete new one, never half.
+
+Two forms. :func:`write_json_atomic` writes a results file at a path the user named.
+:func:`replace_in` writes a baseline file (or its ``.prev``) inside a folder already opened
+without following links (perfgate.store.safe_paths.writable_folder): the new file is created
+with O_EXCL|O_NOFOLLOW, so nothing planted at a temporary name is written through, and it
+replaces the old name by rename, so a hard link or a symbolic link at the target name is
+replaced, never written into.
+"""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Any
+
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def json_bytes(data: Any, *, finite: bool = True) -> bytes:
+    """The committed form of a JSON document. ``finite``: NaN and infinities are refused (ValueError),
+    never written as the non-JSON ``NaN``/``Infinity`` that other readers choke on."""
+    return (json.dumps(data, indent=1, sort_keys=False, allow_nan=not finite) + "\n").encode()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    os.fchmod(fd, 0o644)  # mkstemp creates 0600; baselines and results are shared, committed files
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temp file in the same folder, fsync it, then rename over ``path``."""
     path = Path(path)
+    payload = json_bytes(data, finite=False)  # results: their readers check every number (store.readers)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o644)  # mkstemp creates 0600; baselines are shared, committed files
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            _write_all(fd, payload)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -27,8 +52,34 @@ def write_json_atomic(path: Path, data: Any) -> None:
         finally:
             os.close(dir_fd)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
+
+
+def replace_in(dir_fd: int, name: str, data: bytes) -> None:
+    """Make ``name`` in the open folder ``dir_fd`` hold ``data``: a new file, fsynced, renamed over
+    the old name, then the folder fsynced. A failure (disk full) leaves the old file as it was."""
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    fd = os.open(tmp, _NEW_FILE, 0o644, dir_fd=dir_fd)
+    try:
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+
+
+def read_in(dir_fd: int, name: str) -> bytes | None:
+    """The bytes of ``name`` in the open folder, not following a link (None if it does not exist)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()

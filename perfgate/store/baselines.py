@@ -2,25 +2,25 @@
 
 Layout: ``<root>/<hardware-id>/<area>.json``. Files are schema-versioned, written
 atomically under a file lock (xdist workers and concurrent refreshes never lose
-entries), and the previous version is kept as ``<area>.json.prev`` so a refresh can be
-undone. Reading a malformed file fails with the path and the fix, never a traceback.
+entries) without following links, and the previous version is kept as ``<area>.json.prev``
+so a refresh can be undone. What may be written (finite numbers, no planted bugs, one
+workload...) is decided before, in perfgate.store.baseline_writer. Reading a malformed file
+fails with the path and the fix, never a traceback.
 """
 from __future__ import annotations
 
-import shutil
-from contextlib import contextmanager
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from filelock import FileLock
-
-from perfgate.store.atomic import write_json_atomic
+from perfgate.store import locks
+from perfgate.store.atomic import json_bytes, read_in, replace_in
 from perfgate.machine.hardware_id import HardwareIdError, check_hardware_id
 from perfgate.judge.metrics import Summary, check_depends, check_device_busy, dependence_fields
 from perfgate.store.readers import Checker, ReadError, check_baseline_document, read_json
-from perfgate.store.safe_paths import check_area, inside_root
+from perfgate.store.safe_paths import PathError, check_area, inside_root, writable_folder
 
 SCHEMA_VERSION = 2  # 2: entries may carry `runs` (one summary per contributing run)
 READABLE_SCHEMAS = (1, 2)
@@ -91,8 +91,9 @@ def now_iso() -> str:
 
 
 class BaselineStore:
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, *, lock_timeout_s: float = locks.LOCK_TIMEOUT_S):
         self.root = Path(root)
+        self.lock_timeout_s = lock_timeout_s
         self._cache: dict[Path, dict] = {}
 
     def path(self, hardware_id: str, area: str) -> Path:
@@ -145,31 +146,41 @@ class BaselineStore:
     def lookup(self, hardware_id: str, area: str, test_id: str, metric: str) -> BaselineEntry | None:
         return self.load(hardware_id, area).get(test_id, {}).get(metric)
 
-    @contextmanager
-    def locked(self, hardware_id: str, area: str) -> Iterator[Path]:
-        path = self.path(hardware_id, area)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # older filelock releases open the lock with O_TRUNC (3.32 refuses links with a bare ELOOP): a link
-        # planted in its place must neither truncate its target nor fail without saying why
-        lock = inside_root(self.root, Path(str(path) + ".lock"), what="lock file")
-        with FileLock(str(lock), timeout=120):
-            self._cache.pop(path, None)
-            yield path
-            self._cache.pop(path, None)
-
     def write(self, hardware_id: str, area: str, entries: dict[str, dict[str, BaselineEntry]], *,
               fingerprint: dict[str, Any] | None = None, replace: bool = False) -> Path:
-        """Merge ``entries`` into the area's file (or replace it) atomically, keeping ``.prev``."""
-        with self.locked(hardware_id, area) as path:
-            old = self._read(path) if path.exists() else {}
+        """Merge ``entries`` into the area's file (or replace it) atomically, keeping ``.prev``.
+
+        Under the area's lock (perfgate.store.locks), through the id folder opened without
+        following links (safe_paths.writable_folder): the old file is copied to a new ``.prev``
+        and the new document to a new file, each renamed into place (atomic.replace_in), so a
+        link or hard link planted at any of the three names is replaced, never written into,
+        and a failure half way (disk full) leaves each name holding a complete file: the
+        ``.prev`` copy failing leaves both as they were; the new file failing, ``.prev`` equal to
+        the unchanged current file."""
+        path = self.path(hardware_id, area)
+        for suffix, what in ((".lock", "lock file"), (".prev", "backup file")):
+            inside_root(self.root, Path(str(path) + suffix), what=what)  # a link out of the tree: say so
+        with writable_folder(self.root, hardware_id) as folder, \
+                locks.exclusive(folder, path.name + ".lock", shown=Path(str(path) + ".lock"),
+                                timeout_s=self.lock_timeout_s):
+            self._cache.pop(path, None)
+            if path.is_symlink():  # in the tree (a link out of it was refused above): still not ours to follow
+                raise PathError(f"baseline file: {path} is a symbolic link (to {os.readlink(path)}); perfgate "
+                                f"never writes through one: replace it with the file (`git checkout`) or remove it")
+            current = read_in(folder, path.name)
+            old = self._read(path) if current is not None else {}
             merged: dict[str, dict] = {} if replace else {t: dict(m) for t, m in old.get("entries", {}).items()}
             for test, metrics in entries.items():
                 merged.setdefault(test, {}).update({m: e.to_dict() for m, e in metrics.items()})
             doc = {"schema_version": SCHEMA_VERSION, "kind": KIND, "hardware_id": hardware_id, "area": area,
                    "updated": now_iso(), "fingerprint": fingerprint or old.get("fingerprint"),
                    "entries": dict(sorted(merged.items()))}
-            if path.exists():  # copy2 writes through a link: the backup must stay inside the root too
-                shutil.copy2(path, inside_root(self.root, Path(str(path) + ".prev"), what="backup file"))
-            write_json_atomic(path, doc)
+            # never write what the reader would refuse (the writer's checks should have said which number first)
+            check_baseline_document(Checker(path, fix="this is a bug in the writer's checks: nothing was written",
+                                            error=BaselineError), doc)
+            data = json_bytes(doc)
+            if current is not None:
+                replace_in(folder, path.name + ".prev", current)
+            replace_in(folder, path.name, data)
             self._cache.pop(path, None)
             return path

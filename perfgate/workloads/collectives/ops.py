@@ -17,7 +17,8 @@ Correctness: after timing, every op runs once more on fresh, rank-specific data 
 output is compared element by element with the expected result; ``wrong`` counts the
 mismatches on this rank (``reduce`` sums them; the test asserts the sum is 0).
 
-Test-only knob: ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>``. An integer k >= 1 makes every
+Test-only knob: ``PERFGATE_TEST_MUTATION=collective_slowdown:<k>`` (or the older
+``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>``; perfgate.mutations). An integer k >= 1 makes every
 timed iteration issue the collective k times, which divides bandwidth by k; a fractional
 k > 1 (e.g. 1.1, CPU only) busy-waits (k - 1) times each timed sample's own duration inside
 its timed region, so each sample takes k times as long. It
@@ -26,7 +27,6 @@ never set it otherwise.
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -163,16 +163,9 @@ OP_DEFS: dict[str, OpDef] = {
 
 
 def _slowdown() -> float:
-    """The TEST-ONLY slowdown knob (see the module docstring): an integer is calls per timed
-    iteration, a fraction stretches each timed sample."""
-    raw = os.environ.get(SLOWDOWN_ENV, "1")
-    try:
-        k = float(raw)
-    except ValueError:
-        raise ValueError(f"{SLOWDOWN_ENV} must be a number >= 1 (e.g. 4 or 1.1), got {raw!r}") from None
-    if not 1 <= k < float("inf"):
-        raise ValueError(f"{SLOWDOWN_ENV} must be a finite number >= 1, got {raw!r}")
-    return k
+    """The TEST-ONLY slowdown (registered mutation ``collective_slowdown``, see the module docstring):
+    an integer is calls per timed iteration, a fraction stretches each timed sample."""
+    return mutations.factor("collective_slowdown") or 1.0
 
 
 def _slowed(fn: Callable[[], None], k: float) -> Callable[[], None]:
@@ -303,7 +296,8 @@ def run(spec: CollectiveSpec, ctx) -> list[dict]:
     opdef = OP_DEFS[spec.op]
     slowdown = _slowdown() * mutations.collective_repeat()
     if slowdown != int(slowdown) and ctx.device.type == "cuda":
-        raise ValueError(f"{SLOWDOWN_ENV}={slowdown:g}: fractional slowdowns time the host and work on CPU only")
+        raise ValueError(f"collective slowdown {slowdown:g} ({SLOWDOWN_ENV} or {mutations.ENV}): fractional "
+                         f"slowdowns time the host and work on CPU only")
     out = []
     for size in spec.sizes:
         out.append(vars(_measure_size(torch, dist, ctx, spec, opdef, size, slowdown)))

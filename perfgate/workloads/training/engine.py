@@ -21,7 +21,6 @@ Memory, by source:
 from __future__ import annotations
 
 import gc
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -72,8 +71,9 @@ class CaseResult:
 
 
 def extra_param_copy_enabled() -> bool:
-    """TEST-ONLY knob: ``PERFGATE_TEST_EXTRA_PARAM_COPY=1`` keeps a full extra copy of the parameters."""
-    return os.environ.get(EXTRA_PARAM_COPY_ENV, "") == "1"
+    """TEST-ONLY knob (registered mutation ``extra_param_copy``; ``PERFGATE_TEST_EXTRA_PARAM_COPY=1`` or
+    ``PERFGATE_TEST_MUTATION=extra_param_copy``): keep a full extra copy of the parameters."""
+    return mutations.active("extra_param_copy")
 
 
 def maybe_extra_param_copy(model: torch.nn.Module) -> list[torch.Tensor]:

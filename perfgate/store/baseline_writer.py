@@ -1,0 +1,256 @@
+"""The one way baselines are written: the same checks on every path, then the writes.
+
+``pytest --perf-refresh``, ``perfgate refresh``, ``perfgate calibrate --write`` and
+``perfgate import-seed`` all build a :class:`Plan` here and write it with :func:`write_plan`;
+none of them calls ``BaselineStore.write`` itself. So each refuses the same things, in one
+line naming the file, test and metric, with nothing written:
+
+- results of an interrupted run, of a ``perfgate ab`` comparison, or measured with a test-only
+  mutation or slowdown knob on (perfgate.mutations);
+- results measured on a tree with uncommitted changes (commit ``...-dirty-<hash>``), unless
+  allowed (``--allow-dirty`` / ``--perf-allow-dirty``);
+- runs of another hardware id or another workload pooled together (perfgate.store.results.pool),
+  and gated metrics whose run medians disagree beyond the tolerance stored with them (unless
+  ``--force``);
+- replacing a baseline that measured another workload (another model or engine flags under the
+  same test id), unless allowed (``--allow-other-workload`` / ``--perf-allow-other-workload``);
+- any number that is not finite (every sample 1e308 has the median inf; a NaN in a seed table).
+
+Stored samples are capped at MAX_STORED_SAMPLES per metric (a results file with 50 million
+samples must not become an 850 MB baseline), and a file given twice is pooled once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Callable
+
+from perfgate import mutations
+from perfgate.judge import run_noise
+from perfgate.judge.fingerprint_check import workload_changes
+from perfgate.judge.metrics import MAX_STORED_SAMPLES
+from perfgate.report.run_report import short_id
+from perfgate.store import interrupts, locks, results as results_mod
+from perfgate.store.baselines import BaselineEntry, BaselineStore
+
+ByArea = dict[str, dict[str, dict[str, BaselineEntry]]]
+
+
+class WriteRefused(ValueError):
+    """A check refused the write; one line: what, where, and the option or fix."""
+
+
+class RunsDisagree(WriteRefused):
+    """Gated metrics whose run medians disagree beyond their tolerance; ``clash`` has them."""
+
+    def __init__(self, message: str, clash: list[dict]):
+        super().__init__(message)
+        self.clash = clash
+
+
+@dataclasses.dataclass(frozen=True)
+class Checks:
+    """What the caller allows beyond the defaults, and its option names (for the messages)."""
+
+    allow_dirty: bool = False
+    force: bool = False
+    include_tainted: bool = False
+    allow_other_workload: bool = False
+    prefix: str = "--"  # "--perf-" in a pytest session: --perf-allow-dirty
+
+    def option(self, name: str) -> str:
+        if name == "force" and self.prefix == "--perf-":  # pooling is refresh's; a session saves its runs
+            return "--perf-save and then `perfgate refresh --force` on the saved file"
+        return f"{self.prefix}{name}"
+
+
+@dataclasses.dataclass
+class Plan:
+    """What will be written: entries per area for one hardware id, and where they came from."""
+
+    hardware_id: str
+    by_area: ByArea
+    fingerprint: dict | None
+    source: str
+    doc: dict | None = None  # the (pooled) results document, for refresh's review
+
+    @property
+    def count(self) -> int:
+        return sum(len(m) for tests in self.by_area.values() for m in tests.values())
+
+
+def check_documents(docs: list[dict], names: list[str], checks: Checks) -> None:
+    """The refusals that a results document earns by what it says about its run."""
+    for name, d in zip(names, docs):
+        if d.get("interrupted"):
+            raise WriteRefused(f"{name} comes from an interrupted run; re-run to completion before refreshing")
+        if d.get(mutations.RESULTS_KEY):
+            mark = d[mutations.RESULTS_KEY]
+            raise WriteRefused(f"{name} was measured with planted bugs ({mark.get('note') or mark.get('names')}); "
+                               f"re-run without the test-only mutation variables ({mutations.ENV} and the older "
+                               f"knobs, perfgate/mutations.py) before refreshing")
+        if d.get("ab"):
+            raise WriteRefused(f"{name} is a `perfgate ab` comparison (per-round medians of two environments), not "
+                               f"a run; refresh from `pytest --perf-save` results")
+    dirty = [f"{n} (commit {d.get('commit')})" for n, d in zip(names, docs) if "-dirty" in (d.get("commit") or "")]
+    if dirty and not checks.allow_dirty:
+        raise WriteRefused(f"measured on an uncommitted tree: {', '.join(dirty)}; commit and re-run, or pass "
+                           f"{checks.option('allow-dirty')} to record the dirty tree's commit and diff hash as "
+                           f"provenance")
+
+
+def distinct(docs: list[dict], names: list[str], say: Callable[[str], object]) -> tuple[list[dict], list[str]]:
+    """The documents with each content once: a file given twice is one run, not two that agree."""
+    seen: dict[str, str] = {}
+    kept_docs, kept_names = [], []
+    for d, n in zip(docs, names):
+        key = json.dumps(d, sort_keys=True)
+        if key in seen:
+            say(f"{n} has the same content as {seen[key]}: pooled once")
+            continue
+        seen[key] = n
+        kept_docs.append(d)
+        kept_names.append(n)
+    return kept_docs, kept_names
+
+
+def disagreeing(by_area: ByArea, ungated: set[tuple[str, str]]) -> list[dict]:
+    """Gated entries pooled from runs whose medians would fail against one another at the entry's tol."""
+    out = []
+    for tests in by_area.values():
+        for test, metrics in sorted(tests.items()):
+            for metric, e in sorted(metrics.items()):
+                if (test, metric) in ungated or e.tol is None or len(e.runs) < 2:
+                    continue
+                if run_noise.disagree([r["median"] for r in e.runs], e.tol, absolute=e.unit == "fraction"):
+                    out.append({"test_id": test, "metric": metric, "unit": e.unit, "tol": e.tol, "runs": list(e.runs)})
+    return out
+
+
+def _non_finite(value, key: str) -> tuple[str, object] | None:
+    """The first number under ``value`` that is not finite, with its key (``summary.median``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return key, value
+    if isinstance(value, dict):
+        children = ((f"{key}.{k}" if key else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        children = ((f"{key}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for child_key, v in children:
+        found = _non_finite(v, child_key)
+        if found:
+            return found
+    return None
+
+
+def checked_entries(by_area: ByArea, source: str) -> ByArea:
+    """Every number finite (else WriteRefused naming source, test, metric and key); samples capped."""
+    out: ByArea = {}
+    for area, tests in by_area.items():
+        for test, metrics in tests.items():
+            for metric, e in metrics.items():
+                bad = _non_finite(e.to_dict(), "")
+                if bad:
+                    raise WriteRefused(f"{source}: {test} {metric}: {bad[0]} is {bad[1]!r}, not a finite number "
+                                       f"(a sample overflowed or a measurement failed upstream); nothing written: "
+                                       f"re-measure, or fix the number at its source")
+                if len(e.summary.samples) > MAX_STORED_SAMPLES:
+                    e = dataclasses.replace(e, summary=dataclasses.replace(
+                        e.summary, samples=tuple(e.summary.samples[:MAX_STORED_SAMPLES])))
+                out.setdefault(area, {}).setdefault(test, {})[metric] = e
+    return out
+
+
+def plan_from_entries(hardware_id: str, by_area: ByArea, *, fingerprint: dict | None, source: str,
+                      doc: dict | None = None) -> Plan:
+    """A plan of entries built elsewhere (calibrate's pooled runs, the seed table), checked."""
+    return Plan(hardware_id, checked_entries(by_area, source), fingerprint, source, doc)
+
+
+def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
+                      say: Callable[[str], object] = print) -> Plan:
+    """Results documents -> a checked plan (RunsDisagree when runs disagree and not ``force``)."""
+    check_documents(docs, names, checks)
+    docs, names = distinct(docs, names, say)
+    doc = results_mod.pool(docs, names, include_tainted=checks.include_tainted)
+    by_area = results_mod.baseline_entries(doc, include_tainted=checks.include_tainted)
+    ungated = {(r["test_id"], r["metric"]) for r in doc.get("results") or [] if not r.get("gated", True)}
+    clash = disagreeing(by_area, ungated)
+    if clash and not checks.force:
+        raise RunsDisagree(f"not written: {len(clash)} gated metric(s) whose run medians disagree beyond their "
+                           f"tolerance (one run would fail against another); find out why, or pass "
+                           f"{checks.option('force')} to pool them anyway", clash)
+    return plan_from_entries(doc["hardware_id"], by_area, fingerprint=doc.get("fingerprint"),
+                             source=", ".join(names), doc=doc)
+
+
+def other_workloads(store: BaselineStore, plan: Plan) -> dict[str, set[str]]:
+    """What changed -> the tests whose stored entry measured another workload than the plan's."""
+    out: dict[str, set[str]] = {}
+    for area, tests in plan.by_area.items():
+        old = store.load(plan.hardware_id, area)
+        for test, metrics in tests.items():
+            for metric, new in metrics.items():
+                prev = old.get(test, {}).get(metric)
+                moved = workload_changes(prev.workload if prev else None, new.workload)
+                if moved:
+                    out.setdefault(moved, set()).add(short_id(test))
+    return out
+
+
+def write_plan(store: BaselineStore, plan: Plan, checks: Checks, *, hold: bool = True,
+               wrote: Callable[[Path, bool], object] | None = None) -> list[Path]:
+    """Write every area of the plan (signals held until all are written, when ``hold``).
+
+    A failing write (read-only folder, disk full, lock timeout) ends in one WriteRefused line
+    naming the file, the cause and what was already written."""
+    moved = other_workloads(store, plan)
+    if moved and not checks.allow_other_workload:
+        said = "; ".join(f"{', '.join(sorted(tests))}: {what}" for what, tests in sorted(moved.items()))
+        raise WriteRefused(f"not written: the stored baselines of {sum(map(len, moved.values()))} test(s) measured "
+                           f"another workload ({said}); pass {checks.option('allow-other-workload')} to replace "
+                           f"them, or measure the baseline's workload")
+    written: list[Path] = []
+    with interrupts.writing(f"the baselines in {store.root / plan.hardware_id}", hold=hold):
+        for area, entries in sorted(plan.by_area.items()):
+            done = f"already written: {', '.join(map(str, written))}" if written else "nothing written"
+            try:
+                path = store.write(plan.hardware_id, area, entries, fingerprint=plan.fingerprint)
+            except locks.LockTimeout as exc:
+                raise WriteRefused(f"{exc}; {done}") from None
+            except OSError as exc:
+                target = store.root / plan.hardware_id / f"{area}.json"
+                raise WriteRefused(f"cannot write {target}: {exc.strerror or exc}"
+                                   f"{f' ({exc.filename})' if exc.filename else ''}; {done}; make the folder "
+                                   f"writable (and free space) and re-run") from None
+            written.append(path)
+            if wrote:
+                wrote(path, Path(str(path) + ".prev").exists())
+    return written
+
+
+def write_baselines(docs: list[dict], names: list[str], *, store: BaselineStore, checks: Checks,
+                    hold: bool = True, say: Callable[[str], object] = print) -> list[Path]:
+    """Results documents -> baselines, every check on the way (``pytest --perf-refresh``)."""
+    return write_plan(store, plan_from_results(docs, names, checks, say=say), checks, hold=hold)
+
+
+def store_for_writing(settings, *, named: bool, pyproject: Path) -> BaselineStore:
+    """The store to write to. A baselines folder that does not exist is created only where it was
+    named (``--baselines``, or ``[tool.perfgate] baselines`` in pyproject.toml): a command run from
+    another folder must not quietly start a ``./baselines`` there."""
+    root = Path(settings.baselines)
+    configured = str(pyproject) in settings.sources
+    if not root.exists() and not root.is_symlink() and not named and not configured:
+        raise WriteRefused(f"no baselines folder at {root} (the default, with no [tool.perfgate] in {pyproject}); "
+                           f"run from the project root or pass --root PROJECT, or name the folder with "
+                           f"--baselines DIR to create it")
+    return BaselineStore(root)
+
+
+def stderr(text: str) -> None:
+    print(text, file=sys.stderr)

@@ -1,0 +1,425 @@
+"""Issues 26 and 27: every path that writes baselines makes the same checks, and every write is safe.
+
+1. One writer (perfgate.store.baseline_writer) behind ``pytest --perf-refresh``, ``perfgate
+   refresh``, ``calibrate --write`` and ``import-seed``: a dirty tree, disagreeing runs, another
+   workload, a test-only mutation and a non-finite number are refused on each path.
+2. One mutation registry (perfgate.mutations): the older knobs are registered mutations, their
+   runs are marked in the results, and adding a knob is one entry.
+3. Writes go through real folders only (no symbolic link followed, no hard link written into),
+   ``.prev`` and ``.lock`` included; a failing write is one line and the report still prints; a
+   held lock names its holder at once; refresh does not start ``./baselines`` in a stray folder,
+   pools a file given twice once, caps stored samples and escapes names in its review.
+
+Real files, real git repositories, real pytest sessions (pytester) and the real CLI; the perf
+tests record synthetic samples (the harness-logic case). Write failures are real: /proc, a path
+under a regular file, a file-size limit (RLIMIT_FSIZE, which refuses writes as root too).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from perfgate import cli, mutations
+from perfgate.commands import calibrate
+from perfgate.judge.metrics import MAX_STORED_SAMPLES, summarize
+from perfgate.store import baseline_writer, locks
+from perfgate.store.baseline_writer import Checks, WriteRefused
+from perfgate.store.baselines import BaselineStore
+from perfgate.store.results import MetricResult
+from perfgate.store.safe_paths import PathError
+from test_hardening import HW, TEST_FILE, cli_subprocess, entry, one_line, result, results_doc
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def save(path: Path, doc: dict) -> Path:
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args], cwd=cwd, check=True,
+                   capture_output=True)
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    for variable in [mutations.ENV, *(m.alias_env for m in mutations.MUTATIONS.values() if m.alias_env)]:
+        monkeypatch.delenv(variable, raising=False)
+    pytester.makepyfile(test_x=TEST_FILE)
+    return pytester
+
+
+# ================================================================ 1. the same checks on every path
+
+def test_perf_refresh_refuses_a_dirty_tree_unless_allowed(project):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    git(project.path, "init", "-q")
+    git(project.path, "add", "test_x.py")
+    git(project.path, "commit", "-q", "-m", "x")
+    (project.path / "test_x.py").write_text(TEST_FILE + "\n# an uncommitted change\n")
+    res = project.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    text = "\n".join(res.errlines)
+    assert "--perf-refresh refused:" in text and "uncommitted changes to tracked files" in text
+    assert "--perf-allow-dirty" in text and not (project.path / "baselines").exists()
+    res = project.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", "--perf-allow-dirty",
+                            "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
+    doc = json.loads((project.path / "baselines" / HW / "misc.json").read_text())
+    assert "-dirty-" in doc["entries"]["test_x.py::test_ratio"]["speedup"]["commit"]  # the provenance says so
+
+
+def two_runs(tmp_path: Path, second_median: float) -> list[dict]:
+    docs = []
+    for i, k in enumerate((1.0, second_median)):
+        r = result()
+        r = MetricResult(**{**vars(r), "summary": summarize([k * x for x in (1.0, 1.01, 0.99, 1.0, 1.0)])})
+        docs.append(results_doc(results=[r]))
+        docs[-1]["created"] = f"2026-12-0{i + 1}T00:00:00+00:00"
+    return docs
+
+
+def test_disagreeing_runs_are_refused_on_the_session_path_too(tmp_path):
+    """The function --perf-refresh calls (a session whose results carry runs) refuses what refresh does."""
+    store = BaselineStore(tmp_path / "baselines")
+    docs = two_runs(tmp_path, 1.5)  # 50 % apart, tolerance 10 %
+    with pytest.raises(baseline_writer.RunsDisagree, match=r"1 gated metric\(s\) whose run medians disagree.*"
+                                                           r"pass --perf-save and then `perfgate refresh --force`"):
+        baseline_writer.write_baselines(docs, ["a", "b"], store=store, checks=Checks(prefix="--perf-"))
+    assert not (tmp_path / "baselines").exists()
+    a, b = (save(tmp_path / n, d) for n, d in zip(("a.json", "b.json"), docs))
+    assert cli.main(["refresh", str(a), str(b), "--yes", "--baselines", str(tmp_path / "baselines")]) == 1
+    assert not (tmp_path / "baselines").exists()
+
+
+def test_results_of_a_mutated_session_are_marked_and_refused(project, monkeypatch, capsys):
+    monkeypatch.setenv("PERFGATE_TEST_EXTRA_PARAM_COPY", "1")  # an older knob: a registered mutation now
+    project.runpytest(f"--perf-hardware-id={HW}", "--perf-save=r.json", "-p", "no:cacheprovider").assert_outcomes(
+        passed=1)
+    doc = json.loads((project.path / "r.json").read_text())
+    assert doc[mutations.RESULTS_KEY]["names"] == ["extra_param_copy"]
+    monkeypatch.delenv("PERFGATE_TEST_EXTRA_PARAM_COPY")
+    assert cli.main(["refresh", str(project.path / "r.json"), "--yes", "--baselines",
+                     str(project.path / "baselines")]) == 2
+    assert "was measured with planted bugs (test-only mutation(s) extra_param_copy" in capsys.readouterr().err
+    assert not (project.path / "baselines").exists()
+
+
+def test_refresh_refuses_a_median_that_overflows_to_inf(tmp_path, capsys):
+    docs = []
+    for name in ("a.json", "b.json"):
+        doc = results_doc()
+        doc["created"] = f"2026-12-01T00:00:0{len(docs)}+00:00"  # two runs, not one file twice
+        summary = doc["results"][0]["summary"]
+        summary.update(samples=[1e308] * 4, median=1e308, mean=1e308, min=1e308, max=1e308, mad=0.0, iqr=0.0)
+        docs.append(save(tmp_path / name, doc))
+    (tmp_path / "baselines").mkdir()
+    rc = cli.main(["refresh", *map(str, docs), "--yes", "--force", "--root", str(tmp_path),
+                   "--baselines", str(tmp_path / "baselines")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    line = one_line(err)
+    assert "perf/collectives/test_c.py::test_x speedup: summary.median is inf, not a finite number" in line, line
+    assert list((tmp_path / "baselines").iterdir()) == []
+
+
+def test_calibrate_refuses_a_non_finite_pooled_median(tmp_path):
+    cal = calibrate.Calibration(test_id="perf/collectives/test_c.py::test_x", metric="speedup", unit="x",
+                                better="higher", run_medians=(1e308, 1e308, 1e308), pooled=(1e308,) * 6,
+                                within=0.0, spread=0.0, proposed=0.02, configured=0.1)
+    docs = [results_doc() for _ in range(3)]
+    by_area = calibrate.entries([cal], docs, k=3, floor=0.02, fraction_floor=0.01)
+    with pytest.raises(WriteRefused, match=r"calibrate \(3 runs\): perf/collectives/test_c.py::test_x speedup: "
+                                           r"summary.median is inf"):
+        baseline_writer.plan_from_entries(HW, by_area, fingerprint=None, source="calibrate (3 runs)")
+
+
+def test_import_seed_refuses_a_nan_in_the_table(tmp_path):
+    seed = json.loads((REPO / "baselines-imported" / "seed-v100.json").read_text())
+    seed["numbers"][1]["value"] = float("nan")
+    bad = tmp_path / "seed.json"
+    bad.write_text(json.dumps(seed))  # Python writes the NaN as NaN, and reads it back
+    out = cli_subprocess(tmp_path, "import-seed", "--seed", str(bad), "--baselines", str(tmp_path / "b"),
+                         "--root", str(tmp_path))
+    assert out.returncode == 2, out
+    line = one_line(out.stderr)
+    n = seed["numbers"][1]
+    # the writer's check names the test and metric; a reader that checks each number (store.readers) may
+    # refuse it first, naming the key: either way one line, the file, nothing written
+    assert (f"{bad}: {n['test_id']} {n['metric']}: summary.median is nan, not a finite number" in line
+            or (line.startswith(f"perfgate import-seed: error: {bad}") and "numbers[1].value" in line)), line
+    assert not (tmp_path / "b").exists()
+
+
+# ================================================================ 2. one mutation registry
+
+def test_every_form_of_a_knob_reads_the_same(monkeypatch):
+    monkeypatch.delenv("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", raising=False)
+    monkeypatch.delenv("PERFGATE_TEST_EXTRA_PARAM_COPY", raising=False)
+    env = {mutations.ENV: "collective_slowdown:3,extra_param_copy"}
+    assert mutations.active_factors(env) == {"collective_slowdown": 3.0, "extra_param_copy": None}
+    assert mutations.active_factors({"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "3", "PERFGATE_TEST_EXTRA_PARAM_COPY": "1"}) \
+        == mutations.active_factors(env)
+    assert mutations.active_factors({mutations.ENV: "collective_slowdown"}) == {"collective_slowdown": 4.0}
+    assert mutations.active_factors({"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "1"}) == {}  # factor 1 changes nothing
+    assert mutations.factor("collective_slowdown", {}) is None
+    for bad, why in (({mutations.ENV: "collective_slowdown:0.5"}, "finite number >= 1"),
+                     ({mutations.ENV: "collective_slowdown:inf"}, "finite number >= 1"),
+                     ({mutations.ENV: "collective_repeat:2"}, "takes no factor"),
+                     ({"PERFGATE_TEST_EXTRA_PARAM_COPY": "yes"}, "must be 1 \\(on\\) or 0 \\(off\\)")):
+        with pytest.raises(mutations.MutationError, match=why):
+            mutations.active_factors(bad)
+    monkeypatch.setenv(mutations.ENV, "collective_slowdown:2.5")
+    from perfgate.workloads.collectives import ops
+    assert ops._slowdown() == 2.5
+    assert mutations.results_mark()["factors"] == {"collective_slowdown": 2.5}
+
+
+def test_a_new_graded_knob_is_one_registry_entry(monkeypatch):
+    """A device-side slowdown whose factor is the extra share of work (0: none), as the lead's GPU knob."""
+    knob = mutations.Mutation("gpu_step_slowdown", "training", "every GPU training step does more device work",
+                              "perfgate/workloads/training/engine.py", default_factor=0.10, neutral_factor=0.0,
+                              max_factor=100.0)
+    monkeypatch.setitem(mutations.MUTATIONS, knob.name, knob)
+    monkeypatch.setenv(mutations.ENV, "gpu_step_slowdown:0.3")
+    assert mutations.factor("gpu_step_slowdown") == 0.3
+    assert mutations.results_mark()["names"] == ["gpu_step_slowdown"]
+    assert "gpu_step_slowdown:0.3" in mutations.note()
+    assert mutations.factor("gpu_step_slowdown", {mutations.ENV: "gpu_step_slowdown"}) == 0.10
+    assert mutations.factor("gpu_step_slowdown", {mutations.ENV: "gpu_step_slowdown:0"}) is None  # neutral: off
+    with pytest.raises(mutations.MutationError, match=r"finite number >= 0 and < 100, got '150'"):
+        mutations.factor("gpu_step_slowdown", {mutations.ENV: "gpu_step_slowdown:150"})
+
+
+# ================================================================ 3. safe writes
+
+def test_a_symlinked_baselines_root_is_not_followed(tmp_path, capsys):
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    (tmp_path / "baselines").symlink_to(real)
+    r = save(tmp_path / "r.json", results_doc())
+    assert cli.main(["refresh", str(r), "--yes", "--baselines", str(tmp_path / "baselines")]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert f"baselines root: {tmp_path / 'baselines'} is a symbolic link (to {real})" in line, line
+    assert list(real.iterdir()) == []
+
+
+def test_an_in_root_alias_of_another_id_is_refused(tmp_path):
+    store = BaselineStore(tmp_path / "baselines")
+    path_b = store.write("cpu-B", "collectives", {"t": {"m": entry()}})
+    before = path_b.read_bytes()
+    (tmp_path / "baselines" / "cpu-A").symlink_to("cpu-B")
+    with pytest.raises(PathError, match=r"hardware id folder: .*cpu-A is a symbolic link \(to cpu-B\).*two machines "
+                                        r"share one baseline"):
+        store.write("cpu-A", "collectives", {"t": {"m": entry(2.0)}})
+    assert path_b.read_bytes() == before and not Path(str(path_b) + ".prev").exists()
+
+
+@pytest.mark.parametrize("name", ["collectives.json", "collectives.json.prev"])
+def test_a_hard_link_at_the_target_or_backup_is_replaced_not_written_into(tmp_path, name):
+    store = BaselineStore(tmp_path / "baselines")
+    path = store.write(HW, "collectives", {"t": {"m": entry()}})
+    first = path.read_bytes()
+    precious = tmp_path / "precious.txt"
+    if name == "collectives.json":  # the baseline file has a second name elsewhere (cp -al, a planted link)
+        os.link(path, precious)
+    else:
+        precious.write_text("keep me\n")
+        (path.parent / name).unlink(missing_ok=True)
+        os.link(precious, path.parent / name)
+    kept = precious.read_bytes()
+    store.write(HW, "collectives", {"t": {"m": entry(2.0)}})
+    assert precious.read_bytes() == kept and os.stat(precious).st_nlink == 1
+    stored = json.loads(path.read_text())["entries"]["t"]["m"]["summary"]["median"]
+    assert stored == pytest.approx(2.0)
+    if name.endswith(".prev"):
+        assert Path(str(path) + ".prev").read_bytes() == first
+
+
+def test_a_hard_linked_lock_file_is_refused_not_truncated(tmp_path):
+    store = BaselineStore(tmp_path / "baselines")
+    path = store.write(HW, "collectives", {"t": {"m": entry()}})
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    lock = Path(str(path) + ".lock")
+    lock.unlink(missing_ok=True)
+    os.link(precious, lock)
+    before = path.read_bytes()
+    with pytest.raises(PathError, match=r"lock file: .*collectives.json.lock is not perfgate's own lock file \(a hard "
+                                        r"link with 2 names"):
+        store.write(HW, "collectives", {"t": {"m": entry(2.0)}})
+    assert precious.read_text() == "keep me\n" and path.read_bytes() == before
+
+
+def test_perf_save_inside_the_baselines_root_is_refused(project):
+    res = project.runpytest(f"--perf-hardware-id={HW}", f"--perf-save=baselines/{HW}/misc.json",
+                            "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--perf-save baselines/cpu-Test-2c/misc.json: inside the baselines folder" in "\n".join(res.errlines)
+    assert not (project.path / "baselines").exists()
+
+
+@pytest.mark.parametrize("where", ["/proc/perfgate-x.json", "under-a-file"])
+def test_a_failing_perf_save_is_one_line_under_the_report(project, where):
+    if where == "under-a-file":
+        (project.path / "plain.txt").write_text("x")
+        where = str(project.path / "plain.txt" / "r.json")
+    res = project.runpytest(f"--perf-hardware-id={HW}", f"--perf-save={where}", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    text = "\n".join(res.outlines)
+    assert "perfgate: 0 regressions" in text  # the report is printed
+    assert f"perfgate: --perf-save {where} not written:" in text and "Traceback" not in text + "\n".join(res.errlines)
+
+
+def test_perf_refresh_into_a_folder_that_cannot_be_written_is_one_line(project):
+    res = project.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", "--perf-baselines=/proc/perfgate-x",
+                            "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED
+    lines = [x for x in res.outlines if "--perf-refresh stopped" in x]
+    assert len(lines) == 1 and "nothing written" in lines[0], res.outlines
+    assert "perfgate: 0 regressions" in "\n".join(res.outlines)
+    assert "Traceback" not in "\n".join(res.outlines + res.errlines)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder: /proc and RLIMIT_FSIZE cover it")
+def test_refresh_into_a_read_only_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "baselines" / HW).mkdir(parents=True)
+    (tmp_path / "baselines" / HW).chmod(0o555)
+    r = save(tmp_path / "r.json", results_doc())
+    try:
+        assert cli.main(["refresh", str(r), "--yes", "--baselines", str(tmp_path / "baselines")]) == 2
+    finally:
+        (tmp_path / "baselines" / HW).chmod(0o755)
+    assert "Permission denied" in one_line(capsys.readouterr().err)
+
+
+FULL_DISK = textwrap.dedent('''
+    import json, resource, signal, sys
+    from perfgate.store.baselines import BaselineStore
+    from perfgate.store.baseline_writer import Checks, Plan, write_plan
+    from test_hardening import entry
+    store = BaselineStore(sys.argv[1])
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
+    try:
+        write_plan(store, Plan("{hw}", {{"collectives": {{"t": {{"m": entry(3.0)}}}}}}, None, "x"), Checks())
+    except ValueError as exc:
+        print(exc)
+''')
+
+
+def test_a_full_disk_during_the_backup_leaves_every_file_as_it_was(tmp_path):
+    """A file-size limit makes the `.prev` copy fail half way, as a full disk would (root included)."""
+    store = BaselineStore(tmp_path / "baselines")
+    store.write(HW, "collectives", {f"t{i}": {"m": entry()} for i in range(40)})  # big old file
+    path = store.write(HW, "collectives", {"t0": {"m": entry(2.0)}})  # .prev: the first version
+    before = {p.name: p.read_bytes() for p in path.parent.iterdir()}
+    limit = len(before["collectives.json.prev"]) // 2  # the new .prev (= the current file) cannot be written
+    out = subprocess.run([sys.executable, "-c", FULL_DISK.format(hw=HW), str(tmp_path / "baselines"), str(limit)],
+                         capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")])))
+    assert out.returncode == 0, out.stderr
+    line = one_line(out.stdout)
+    assert line.startswith(f"cannot write {path}: File too large") and "nothing written" in line, line
+    after = {p.name: p.read_bytes() for p in path.parent.iterdir() if not p.name.endswith(".lock")}
+    assert after == {k: v for k, v in before.items() if not k.endswith(".lock")}  # no temp file left behind
+    json.loads(after["collectives.json.prev"])  # still a valid backup
+
+
+HOLDER = textwrap.dedent('''
+    import os, sys, time
+    from pathlib import Path
+    from perfgate.store import locks
+    folder = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+    with locks.exclusive(folder, "collectives.json.lock", shown=Path(sys.argv[1]) / "collectives.json.lock"):
+        print("holding", flush=True)
+        time.sleep(30)
+''')
+
+
+def test_a_held_lock_names_its_holder_at_once_then_times_out(tmp_path):
+    store = BaselineStore(tmp_path / "baselines", lock_timeout_s=1.5)
+    store.write(HW, "collectives", {"t": {"m": entry()}})
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "baselines" / HW), "--nightly"],
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    said: list[tuple[float, str]] = []
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        t0 = time.monotonic()
+        with pytest.raises(locks.LockTimeout) as exc:
+            with locks.exclusive(os.open(tmp_path / "baselines" / HW, os.O_RDONLY), "collectives.json.lock",
+                                 shown=tmp_path / "lock", timeout_s=1.5,
+                                 say=lambda text: said.append((time.monotonic() - t0, text))):
+                pass
+        waited = time.monotonic() - t0
+        plan = baseline_writer.Plan(HW, {"collectives": {"t": {"m": entry(3.0)}}}, None, "r.json")
+        with pytest.raises(WriteRefused, match=rf"still locked after 1.5 s by pid {holder.pid} .*; nothing written"):
+            baseline_writer.write_plan(store, plan, Checks())  # the writer's path: one line, what was written
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(said) == 1 and said[0][0] < 1.0, said  # at once, not after the timeout
+    assert f"is locked by pid {holder.pid} (-c {tmp_path / 'baselines' / HW} --nightly) since 20" in said[0][1]
+    assert f"`kill {holder.pid}`" in said[0][1]
+    assert waited >= 1.4 and f"still locked after 1.5 s by pid {holder.pid}" in str(exc.value)
+    store.write(HW, "collectives", {"t": {"m": entry(2.0)}})  # freed when the holder died
+
+
+def test_refresh_from_another_folder_does_not_start_a_baselines_folder(tmp_path):
+    r = save(tmp_path / "r.json", results_doc())
+    stray = tmp_path / "downloads"
+    stray.mkdir()
+    out = cli_subprocess(stray, "refresh", str(r), "--yes")
+    assert out.returncode == 2, out
+    assert f"no baselines folder at {stray / 'baselines'}" in one_line(out.stderr)
+    assert list(stray.iterdir()) == []
+    out = cli_subprocess(stray, "refresh", str(r), "--yes", "--baselines", "baselines")  # named: created
+    assert out.returncode == 0, out
+    assert (stray / "baselines" / HW / "collectives.json").exists()
+
+
+def test_a_file_given_twice_is_pooled_once(tmp_path, capsys):
+    r = save(tmp_path / "r.json", results_doc())
+    copy = save(tmp_path / "copy.json", results_doc())
+    copy.write_bytes(r.read_bytes())
+    assert cli.main(["refresh", str(r), str(r), str(copy), "--yes", "--baselines", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert f"{r} has the same content as {r}: pooled once" in err
+    assert f"{copy} has the same content as {r}: pooled once" in err
+    doc = json.loads((tmp_path / "b" / HW / "collectives.json").read_text())
+    stored = doc["entries"]["perf/collectives/test_c.py::test_x"]["speedup"]
+    assert len(stored["runs"]) == 1 and stored["summary"]["n"] == 5
+
+
+def test_stored_samples_are_capped(tmp_path):
+    doc = results_doc()
+    samples = [1.0 + (i % 7) / 1000 for i in range(20_000)]
+    doc["results"][0]["summary"] = summarize(samples).to_dict() | {"samples": samples}
+    r = save(tmp_path / "r.json", doc)
+    assert cli.main(["refresh", str(r), "--yes", "--baselines", str(tmp_path / "b")]) == 0
+    stored = json.loads((tmp_path / "b" / HW / "collectives.json").read_text())
+    summary = stored["entries"]["perf/collectives/test_c.py::test_x"]["speedup"]["summary"]
+    assert len(summary["samples"]) == MAX_STORED_SAMPLES and summary["n"] == 20_000
+
+
+def test_names_in_the_review_are_escaped(tmp_path, capsys):
+    hostile = "perf/collectives/test_c.py::test_x[\x1b[2J\u202e]"
+    r = save(tmp_path / "r.json", results_doc(results=[result(test_id=hostile)]))
+    rc = cli.main(["refresh", str(r), "--yes", "--baselines", str(tmp_path / "b")])
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\u202e" not in out + err
+    if rc == 0:  # the reader took the id: the review shows it escaped
+        assert "\\x1b[2J\\u202e" in out
+    else:  # a reader that refuses such ids said so in one line
+        assert rc == 2 and one_line(err)
