@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 
-from perfgate.store import interrupts, results as results_mod
+from perfgate.store import interrupts, results as results_mod, run_store
 from perfgate import mutations
 from perfgate.judge import run_noise
 from perfgate.store.baselines import BaselineStore
@@ -80,10 +80,12 @@ def run(args: argparse.Namespace) -> int:
     if dirty and not args.allow_dirty:
         raise ValueError(f"measured on an uncommitted tree: {', '.join(dirty)}; commit and re-run, "
                          f"or pass --allow-dirty to record the dirty tree's commit and diff hash as provenance")
-    doc = results_mod.pool(docs, [str(p) for p in args.results], include_tainted=args.include_tainted)
+    refs = [run_store.run_reference(p, d["hardware_id"]) for p, d in zip(args.results, docs)]
+    doc = results_mod.pool(docs, [str(p) for p in args.results], include_tainted=args.include_tainted, refs=refs)
     clash = _disagreeing(doc)
     if clash and not args.force:
-        for line in _disagreement_table(clash, [str(p) for p in args.results], width=stdout_width()):
+        for line in _disagreement_table(clash, [str(p) for p in args.results], [r["sha256"] for r in refs],
+                                        width=stdout_width()):
             print(line)
         print(f"not written: {len(clash)} gated metric(s) whose run medians disagree beyond their tolerance "
               f"(one run would fail against another); find out why, or pass --force to pool them anyway",
@@ -179,15 +181,15 @@ def _disagreeing(doc: dict) -> list[dict]:
     return out
 
 
-def _disagreement_table(clash: list[dict], files: list[str], *, width: int) -> list[str]:
-    """The run medians of each refused metric side by side, one column per results file."""
+def _disagreement_table(clash: list[dict], files: list[str], hashes: list[str], *, width: int) -> list[str]:
+    """The run medians of each refused metric side by side, one column per results file (found by its hash)."""
     columns = [Column("test", fold=True, group=True), Column("metric", fold=True), Column("unit"),
                Column("tol", "right"), *(Column(f"run {i + 1}", "right") for i in range(len(files)))]
     rows = []
     for r in clash:
-        by_file = {x.get("file"): x["median"] for x in r["runs"]}
+        median = {x.get("sha256"): x["median"] for x in r["runs"]}
         tol = f"{r['tol']:.3f}" if r["unit"] == "fraction" else f"{r['tol'] * 100:.0f}%"
-        rows.append([short_id(r["test_id"]), r["metric"], r["unit"], tol, *(fmt_number(by_file.get(f)) for f in files)])
+        rows.append([short_id(r["test_id"]), r["metric"], r["unit"], tol, *(fmt_number(median.get(h)) for h in hashes)])
     legend = [f"  run {i + 1}: {f}" for i, f in enumerate(files)]
     return ["runs that disagree beyond tolerance (not pooled)", *legend,
             *(line.text for line in render(columns, rows, width=width))]
