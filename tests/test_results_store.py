@@ -148,3 +148,18 @@ def test_verify_counts_run_summaries_without_a_hash_as_not_checkable(verified, c
     code, out = _verified(root, store, capsys)
     assert code == 0 and "1 run reference(s) re-derived" in out and "1 without a hash (not checkable)" in out, out
 
+
+def test_the_committed_baselines_follow_from_the_committed_results_store(capsys):
+    """This repository's own baselines against its store (results-store/, or $PERFGATE_RESULTS_STORE where
+    the store is checked out elsewhere): every run reference is found, hashed and re-derived. Not skipped
+    when the store is absent: a baseline whose runs cannot be shown is what this test exists to catch."""
+    store = Path(os.environ.get(run_store.ENV) or ROOT / "results-store")
+    assert store.is_dir(), f"no results store at {store}: check it out, or set {run_store.ENV}"
+    texts = {p: p.read_text() for p in (ROOT / "baselines").glob("*/*.json")}
+    machine_paths = [p for p, t in texts.items() if re.search(r'"(/tmp|/work|/home|/root)', t)]
+    assert not machine_paths, f"baselines naming machine paths: {machine_paths}"
+    with_hash = sum(1 for t in texts.values() for m in json.loads(t)["entries"].values() for e in m.values()
+                    for r in e.get("runs") or [] if r.get("sha256"))
+    assert with_hash > 0
+    code, out = _verified(ROOT, store, capsys)
+    assert code == 0 and f" {with_hash} run reference(s) re-derived and equal, 0 not" in out, out
