@@ -140,6 +140,17 @@ def test_verify_finds_a_run_median_edited_in_the_baseline(verified, capsys):
     assert code == 1 and re.search(r"b\.json\.gz: median 10\.5 in the baseline, 10\.1 from the file", out), out
 
 
+@pytest.mark.parametrize("name", ["/tmp/pool3/a/b.json", f"{HW}/../../a.json", "a.json"])
+def test_verify_names_a_run_reference_that_is_not_a_store_name(verified, capsys, name):
+    """A machine path, or a name that climbs out of the store, is reported, never opened."""
+    root, store, baseline = verified
+    doc = json.loads(baseline.read_text())
+    doc["entries"][TEST]["bw"]["runs"][0]["file"] = name
+    baseline.write_text(json.dumps(doc))
+    code, out = _verified(root, store, capsys)
+    assert code == 1 and f"{name!r} is not a results store name: it must be <hardware-id>/<file name>" in out, out
+
+
 def test_verify_counts_run_summaries_without_a_hash_as_not_checkable(verified, capsys):
     root, store, baseline = verified
     doc = json.loads(baseline.read_text())
