@@ -22,7 +22,7 @@ set -euo pipefail
 SET="${1:-minimal}"
 PIP="${2:-python3 -m pip}"
 # A piece travels with the working tree (tracked files: 39 MB on 2026-12-01, most of it
-# results in results-store/), and a call carries 64 MiB in all: pieces fill what the tree leaves, less
+# results in runs/), and a call carries 64 MiB in all: pieces fill what the tree leaves, less
 # 4 MB for files added before the pieces travel, and at most 40 MB.
 TREE_BYTES=$(cd "$ROOT" && git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
 ROOM=$(( 67108864 - TREE_BYTES - 4000000 ))
