@@ -4,8 +4,9 @@ A baseline entry pooled from runs keeps one summary per run, each naming its res
 name and sha256 (perfgate.store.run_store). This command finds each file, checks its hash, and
 recomputes that test and metric's median and sample count from it, as `perfgate refresh` did: a
 baseline edited by hand, a results file changed after the fact, or one missing from the store are
-reported, and any of them exits 1. Run summaries without a hash (recorded before the store, their
-file lost) are counted as not checkable, never passed off as checked.
+reported, and any of them exits 1. Run summaries without a hash (from `pytest --perf-refresh` or
+`perfgate calibrate --write`, which refresh from no results file) are counted as not checkable,
+never passed off as checked.
 """
 from __future__ import annotations
 
