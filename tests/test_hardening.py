@@ -312,7 +312,7 @@ def test_pyproject_section_of_the_wrong_type(project, text, key):
 
 
 def test_gzipped_results_files_are_read_and_a_damaged_one_says_so(tmp_path):
-    """runs/ keeps large results gzipped (.json.gz); every command reads them like plain JSON."""
+    """A results store keeps large results gzipped (.json.gz); every command reads them like plain JSON."""
     import gzip
     doc = results_doc()
     plain, packed, cut = tmp_path / "r.json", tmp_path / "r.json.gz", tmp_path / "cut.json.gz"

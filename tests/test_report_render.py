@@ -1,6 +1,6 @@
 """The report a person reads, rendered from real results files of the whole CPU suite.
 
-runs/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json is a CI run of the whole CPU suite (743 metrics) with
+results-store/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json is a CI run of the whole CPU suite (743 metrics) with
 one real gated regression (the C=8 concurrency-sweep throughput ratio against the
 tolerance of that day) and 17 recorded-only gloo timings beyond tolerance; the other ci-*
 files are clean runs. Expected counts are computed here from the raw JSON, not through
@@ -23,7 +23,7 @@ from perfgate.report import run_report
 from perfgate.report.textable import DEFAULT_LOG_WIDTH, cells, resolve_width
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ROOT / "runs" / "cpu-AMD-EPYC-isaunknown-2c"
+RUNS = ROOT / "results-store" / "cpu-AMD-EPYC-isaunknown-2c"
 WITH_REGRESSION = RUNS / "ci-4e77f1c.json"
 CLEAN = RUNS / "ci-d75f473-no-crosscheck.json"
 FIRST_RUN = RUNS / "collectives-training-offload-2026-11-30.json"  # every metric new
@@ -318,7 +318,7 @@ def test_calibrate_table_from_ten_real_runs(width):
     from perfgate.commands import calibrate as cal
     from perfgate.judge.config import load_settings
 
-    docs = [results_mod.load(p) for p in sorted((RUNS / "ten-run-check").glob("r*.json"))]
+    docs = [results_mod.load(p) for p in sorted(RUNS.glob("ten-run-check-r*.json"))]
     assert len(docs) == 10
     settings = load_settings(ROOT, hardware_id=docs[0]["hardware_id"])
     cals = cal.calibrate_docs(docs, settings, k=3, floor=0.02, fraction_floor=0.01)
@@ -346,11 +346,11 @@ def test_refresh_diff_of_a_whole_suite_run(width, tmp_path):
         assert re.search(rf"\s{re.escape(new)}\s+{re.escape(unit)}\s", text + " "), (new, unit)
 
 
-def test_readme_shows_the_render_of_its_named_results_file():
-    """README's "Reading the report" block is this file's render at 100 columns, not a sketch."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Reading the report", 1)[1]
-    assert "runs/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json" in section.split("```", 1)[0]
+def test_the_report_guide_shows_the_render_of_its_named_results_file():
+    """docs/reading-the-report.md's example is this file's render at 100 columns, not a sketch."""
+    guide = (ROOT / "docs" / "reading-the-report.md").read_text()
+    section = guide.split("## An example", 1)[1]
+    assert "results-store/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json" in section.split("```", 1)[0]
     block = section.split("```\n", 2)[1].rstrip("\n").split("\n```")[0]
     doc, results = load(WITH_REGRESSION)
     lines = run_report.terminal_lines(results, hardware_id=doc["hardware_id"], width=100,

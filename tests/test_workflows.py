@@ -108,9 +108,13 @@ def test_refresh_is_manual_and_opens_a_pull_request_with_baselines():
     doc = load(WORKFLOWS / "refresh-baselines.yml")
     assert set(doc["on"]) == {"workflow_dispatch"}
     assert doc["on"]["workflow_dispatch"]["inputs"]["label"]["options"] == list(RUNNER_LABELS)
-    assert "perfgate refresh results.json --yes" in scripts(doc)
+    assert 'perfgate refresh "$RESULTS" --yes' in scripts(doc)
+    # the run the baselines now name goes into the store with them, so CI's verify-baselines finds it
+    assert 'perfgate store add --store results-store "$RESULTS"' in scripts(doc)
+    assert doc["jobs"]["refresh"]["env"]["RESULTS"] == "refresh-${{ github.run_id }}.json"
     (pr,) = [s for s in steps(doc) if s.get("uses", "").startswith("peter-evans/create-pull-request@")]
-    assert pr["with"]["add-paths"] == "baselines/**/*.json"  # not the .prev/.lock files beside them
+    # not the .prev/.lock files beside the baselines
+    assert pr["with"]["add-paths"].split() == ["baselines/**/*.json", "results-store/**"]
     assert doc["permissions"] == {"contents": "write", "pull-requests": "write"}
 
 

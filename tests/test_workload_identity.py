@@ -152,7 +152,7 @@ def test_a_served_workload_is_model_and_flags(tmp_path):
 @pytest.mark.parametrize("kind", ["dense", "moe"])
 def test_the_committed_gpu_baselines_name_what_the_gpu_profile_serves(tmp_path, kind):
     """baselines/1xH200/serving.json was measured with the GPU profile's models and flags (the
-    runs' logs in runs/1xH200/ show the server command); its entries say so, and this keeps them
+    runs' logs in results-store/1xH200/ show the server command); its entries say so, and this keeps them
     honest: change the profile's model or flags and this fails until the baselines are refreshed."""
     from perfgate.workloads.serving.tiny_model import build_tiny_model
 

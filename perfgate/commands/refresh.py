@@ -23,7 +23,7 @@ from pathlib import Path
 
 from perfgate.judge.config import load_settings
 from perfgate.report.escape import printable
-from perfgate.store import baseline_writer, interrupts, results as results_mod
+from perfgate.store import baseline_writer, interrupts, results as results_mod, run_store
 from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineStore
 from perfgate.judge.fingerprint_check import compare as compare_fingerprints, workload_changes
@@ -76,10 +76,11 @@ def run(args: argparse.Namespace) -> int:
     docs = [results_mod.load(p) for p in args.results]
     checks = Checks(allow_dirty=args.allow_dirty, force=args.force, include_tainted=args.include_tainted,
                     allow_other_workload=args.allow_other_workload)
+    refs = [run_store.run_reference(p, d["hardware_id"]) for p, d in zip(args.results, docs)]
     try:
-        plan = baseline_writer.plan_from_results(docs, names, checks, say=baseline_writer.stderr)
+        plan = baseline_writer.plan_from_results(docs, names, checks, say=baseline_writer.stderr, refs=refs)
     except baseline_writer.RunsDisagree as exc:
-        for line in _disagreement_table(exc.clash, names, width=stdout_width()):
+        for line in _disagreement_table(exc.clash, names, [r["sha256"] for r in refs], width=stdout_width()):
             print(line)
         print(exc, file=sys.stderr)
         return 1
@@ -161,16 +162,16 @@ def _why_nothing(doc: dict, names: str) -> str:
             f"machine, so not baseline material; re-run on a quiet machine, or pass --include-tainted")
 
 
-def _disagreement_table(clash: list[dict], files: list[str], *, width: int) -> list[str]:
-    """The run medians of each refused metric side by side, one column per results file."""
+def _disagreement_table(clash: list[dict], files: list[str], hashes: list[str], *, width: int) -> list[str]:
+    """The run medians of each refused metric side by side, one column per results file (found by its hash)."""
     columns = [Column("test", fold=True, group=True), Column("metric", fold=True), Column("unit"),
                Column("tol", "right"), *(Column(f"run {i + 1}", "right") for i in range(len(files)))]
     rows = []
     for r in clash:
-        by_file = {x.get("file"): x["median"] for x in r["runs"]}
+        median = {x.get("sha256"): x["median"] for x in r["runs"]}
         tol = f"{r['tol']:.3f}" if r["unit"] == "fraction" else f"{r['tol'] * 100:.0f}%"
         rows.append([printable(short_id(r["test_id"])), printable(r["metric"]), printable(r["unit"]), tol,
-                     *(fmt_number(by_file.get(f)) for f in files)])
+                     *(fmt_number(median.get(h)) for h in hashes)])
     legend = [f"  run {i + 1}: {printable(f)}" for i, f in enumerate(files)]
     return ["runs that disagree beyond tolerance (not pooled)", *legend,
             *(line.text for line in render(columns, rows, width=width))]

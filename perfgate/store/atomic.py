@@ -1,6 +1,7 @@
 """Crash-safe file writes: a reader sees the old file or the complete new one, never half.
 
-Two forms. :func:`write_json_atomic` writes a results file at a path the user named.
+Two forms. :func:`write_json_atomic` (and :func:`write_bytes_atomic`) write a results file at a path the
+user named.
 :func:`replace_in` writes a baseline file (or its ``.prev``) inside a folder already opened
 without following links (perfgate.store.safe_paths.writable_folder): the new file is created
 with O_EXCL|O_NOFOLLOW, so nothing planted at a temporary name is written through, and it
@@ -36,13 +37,17 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to a temp file in the same folder, fsync it, then rename over ``path``."""
+    write_bytes_atomic(path, json_bytes(data, finite=False))  # results: their readers check every number
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file in the same folder, fsync it, then rename over ``path``."""
     path = Path(path)
-    payload = json_bytes(data, finite=False)  # results: their readers check every number (store.readers)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         try:
-            _write_all(fd, payload)
+            _write_all(fd, data)
         finally:
             os.close(fd)
         os.replace(tmp, path)

@@ -172,11 +172,16 @@ def plan_from_entries(hardware_id: str, by_area: ByArea, *, fingerprint: dict | 
 
 
 def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
-                      say: Callable[[str], object] = print) -> Plan:
-    """Results documents -> a checked plan (RunsDisagree when runs disagree and not ``force``)."""
+                      say: Callable[[str], object] = print, refs: list[dict] | None = None) -> Plan:
+    """Results documents -> a checked plan (RunsDisagree when runs disagree and not ``force``).
+
+    ``refs``: each document's results-store reference (perfgate.store.run_store.run_reference),
+    which the baseline's run summaries record instead of a path."""
     check_documents(docs, names, checks)
+    ref_of = dict(zip(names, refs)) if refs else {}
     docs, names = distinct(docs, names, say)
-    doc = results_mod.pool(docs, names, include_tainted=checks.include_tainted)
+    doc = results_mod.pool(docs, names, include_tainted=checks.include_tainted,
+                           refs=[ref_of[n] for n in names] if refs else None)
     by_area = results_mod.baseline_entries(doc, include_tainted=checks.include_tainted)
     ungated = {(r["test_id"], r["metric"]) for r in doc.get("results") or [] if not r.get("gated", True)}
     clash = disagreeing(by_area, ungated)

@@ -30,7 +30,7 @@ class ReadError(ValueError):
 
 
 def _read_text(path: Path, *, fix: str, error: type[ValueError]) -> str:
-    """The file's text; a name ending in .gz is gunzipped first (results kept in runs/ are large:
+    """The file's text; a name ending in .gz is gunzipped first (stored results are large:
     a GPU serving run's raw request records are ~4 MB of JSON, 0.8 MB gzipped)."""
     try:
         data = Path(path).read_bytes()

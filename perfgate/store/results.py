@@ -164,19 +164,23 @@ def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, d
     return out
 
 
-def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False) -> dict:
+def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False,
+         refs: list[dict] | None = None) -> dict:
     """Several runs on one hardware id -> one document whose metrics hold all runs' samples.
 
     Why: run-to-run (or machine-instance-to-instance) variation is larger than the spread
     inside one run; a baseline pooled over runs carries that variation in its samples, and
     each metric keeps one summary per run it pooled (``runs``) for the between-run noise
     model. A run that marked a metric tainted contributes nothing to it (unless
-    ``include_tainted``, or every run tainted it: then it stays tainted and refresh skips it)."""
+    ``include_tainted``, or every run tainted it: then it stays tainted and refresh skips it).
+    ``refs``: each document's results-store reference (run_store.run_reference), which its run
+    summaries record in place of its name, so that a baseline names no machine's paths."""
     if len(docs) == 1:
-        return docs[0]
+        return _with_reference(docs[0], refs[0]) if refs else docs[0]
     ids = {d["hardware_id"] for d in docs}
     if len(ids) > 1:
         raise ResultsError(f"cannot pool results of different hardware ids {sorted(ids)} ({', '.join(names)})")
+    ref_of = {id(d): ref for d, ref in zip(docs, refs or ())}
     by_key: dict[tuple[str, str], list[tuple[dict, str, dict]]] = {}
     for doc, name in zip(docs, names):
         for r in doc.get("results") or []:
@@ -203,7 +207,7 @@ def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False) -
             runs.append(run_noise.run_summary(r["summary"]["samples"] or [r["summary"]["median"]],
                                               absolute=r["unit"] == "fraction", when=doc.get("created"),
                                               commit=doc.get("commit"), fingerprint=doc.get("fingerprint"),
-                                              file=name).to_dict())
+                                              file=name).to_dict() | ref_of.get(id(doc), {}))
         busy = [r.get("device_busy") for _, _, r in use]  # device-bound only if every pooled run was
         results.append(dict(first, summary=summarize(samples).to_dict(), runs=runs, workload=workload,
                             device_busy=None if None in busy else min(busy),
@@ -213,3 +217,10 @@ def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False) -
     out = dict(last, results=results)
     out["pooled_from"] = [{"file": n, "created": d.get("created"), "commit": d.get("commit")} for n, d in zip(names, docs)]
     return out
+
+
+def _with_reference(doc: dict, ref: dict) -> dict:
+    """One run's document whose metrics each carry their run summary, naming the stored results file
+    (a metric that already holds several runs' summaries, from a pooled document, keeps its own)."""
+    return dict(doc, results=[r if r.get("runs") else dict(r, runs=[_runs_of(doc, r)[0] | ref])
+                              for r in doc.get("results") or []])
