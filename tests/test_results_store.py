@@ -90,7 +90,7 @@ def test_the_store_is_named_by_flag_or_environment_never_guessed(project, capsys
 def test_refresh_records_each_run_by_store_name_and_hash_never_by_path(project, pooled):
     root, a, b, _ = project
     files = [a, b] if pooled else [a]
-    assert main(["refresh", *map(str, files), "--root", str(root), "--yes"]) == 0
+    assert main(["refresh", *map(str, files), "--root", str(root), "--baselines", str(root / "baselines"), "--yes"]) == 0
     text = (root / "baselines" / HW / "a.json").read_text()
     runs = json.loads(text)["entries"][TEST]["bw"]["runs"]
     assert [(r["file"], r["sha256"]) for r in runs] == [(f"{HW}/{f.name}.gz", sha(f)) for f in files]
@@ -106,7 +106,7 @@ def _verified(root: Path, store: Path, capsys) -> tuple[int, str]:
 def verified(project, capsys):
     """A baseline pooled from two runs, both runs in the store, and verify-baselines content with it."""
     root, a, b, store = project
-    assert main(["refresh", str(a), str(b), "--root", str(root), "--yes"]) == 0
+    assert main(["refresh", str(a), str(b), "--root", str(root), "--baselines", str(root / "baselines"), "--yes"]) == 0
     assert main(["store", "add", str(a), str(b), "--store", str(store)]) == 0
     capsys.readouterr()
     code, out = _verified(root, store, capsys)
