@@ -107,7 +107,7 @@ def load_history(folder: Path) -> list[Run]:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: no such history folder; write one with `pytest --perf-history {folder}`")
     runs = []
-    for path in sorted(folder.glob("*.json")):
+    for path in sorted([*folder.glob("*.json"), *folder.glob("*.json.gz")]):
         doc = results_mod.load(path)
         runs.append(Run(path=path, created=doc.get("created") or "", commit=doc.get("commit"),
                         hardware_id=doc.get("hardware_id") or "?", interrupted=bool(doc.get("interrupted")),
