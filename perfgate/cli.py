@@ -32,7 +32,7 @@ import threading  # noqa: E402
 
 from perfgate.store import interrupts  # noqa: E402
 
-COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_baselines", "ab", "power")
+COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_baselines", "trends", "ab", "power")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from perfgate.report.trends import Point, Series
 
-MAX_PVALUE = 0.001     # Otava's default: one false change point per ~1000 flat-segment tests
+MAX_PVALUE = 0.0001    # 10x stricter than Otava's default: see docs/lifecycle.md (fewer false, no fewer found)
 MIN_MAGNITUDE = 0.02   # a change smaller than 2 % is below what any perfgate tolerance acts on
-WINDOW = 30            # Otava's sliding window, in runs (its default is 50: nightly histories are shorter)
+WINDOW = 20            # Otava's sliding window in runs (default 50): 30 misses a level that returns within ~8 runs
 
 
 class OtavaMissing(ImportError):
