@@ -88,7 +88,7 @@ def collected_ids(root: Path, test_ids) -> set[str]:
     return {line.strip() for line in proc.stdout.splitlines() if "::" in line}
 
 
-def write_baselines(store: BaselineStore, hardware_id: str, plan: Plan, fingerprint, say) -> None:
+def write_plan(store: BaselineStore, hardware_id: str, plan: Plan, fingerprint, say) -> None:
     """The one place this command writes (the store's writer; swap for store.write_baselines when it lands)."""
     with interrupts.writing(f"the imported baselines in {store.root / hardware_id}"):
         for area, tests in sorted(plan.items()):
@@ -142,5 +142,5 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         console.print("dry run: nothing written")
         return 0
-    write_baselines(store, hw, plan, imported.fingerprint, console.print)
+    write_plan(store, hw, plan, imported.fingerprint, console.print)
     return 0

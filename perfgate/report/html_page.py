@@ -53,7 +53,7 @@ def _cells(values: list[str], headers: list[str]) -> str:
 def _verdict_table(results: list[MetricResult]) -> list[str]:
     headers = [c.header for c in METRIC_COLUMNS]
     order = {"regression": 0, "noisy": 1, "improved": 2, "new": 3}
-    rows = sorted(results, key=lambda r: (order.get(style_of(r), 4), r.test_id, r.metric))
+    rows = sorted(results, key=lambda r: (order.get(style_of(r), 4), trends.natural_key(r.test_id), r.metric))
     out = ["<table>", "<tr>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr>"]
     out += [f'<tr class="{escape(style_of(r))}">{_cells(metric_row(r), headers)}</tr>' for r in rows]
     return out + ["</table>"]
