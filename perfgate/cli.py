@@ -32,8 +32,8 @@ import threading  # noqa: E402
 
 from perfgate.store import interrupts  # noqa: E402
 
-COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_seed", "ab", "power", "store",
-            "verify_baselines")
+COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_baselines", "trends", "ab", "power",
+            "store", "verify_baselines")
 
 
 def build_parser() -> argparse.ArgumentParser:

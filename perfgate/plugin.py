@@ -22,6 +22,7 @@ import threading
 
 import pytest
 
+from perfgate import benchmark_bridge
 from perfgate.judge.config import ConfigError
 from perfgate.judge.gate import evaluate
 from perfgate.judge.policy import GATE_MODES
@@ -102,6 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except (ConfigError, BaselineError, ReadError, HardwareIdError, PathError) as exc:
         raise pytest.UsageError(f"perfgate: {exc}") from None
     outputs.check_before_run(config, state)
+    benchmark_bridge.register(config)
     if worker:
         handed = config.workerinput.get(WORKER_KEY) or {}
         state.started_wall = handed.get("started_wall", state.started_wall)
@@ -213,9 +215,15 @@ def pytest_runtest_call(item: pytest.Item):
         state.runs.begin(None)
 
 
+def _recorder(item: pytest.Item) -> PerfRecorder | None:
+    """The test's ``perf`` fixture, or the recorder a pytest-benchmark ``benchmark`` test recorded into."""
+    rec = getattr(item, "funcargs", {}).get("perf")
+    return rec if isinstance(rec, PerfRecorder) else benchmark_bridge.recorder_of(item)
+
+
 def _judge(item: pytest.Item, state: PerfState):
     result = yield
-    rec = getattr(item, "funcargs", {}).get("perf")
+    rec = _recorder(item)
     if not isinstance(rec, PerfRecorder) or not rec.metrics:
         return result
     try:
@@ -246,7 +254,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     rep = yield
     if call.when == "call":
         evaluated = item.stash.get(_RESULTS, None)
-        rec = getattr(item, "funcargs", {}).get("perf")
+        rec = _recorder(item)
         if evaluated is None and isinstance(rec, PerfRecorder) and rec.metrics:
             # The test body failed after recording: keep what it measured, marked unjudged.
             state = item.config.stash[_STATE]

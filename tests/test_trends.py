@@ -1,7 +1,8 @@
-"""History -> series -> step changes, and `perfgate report` writing PNG plots and a page.
+"""History -> series -> change points (Apache Otava), and `perfgate report` / `perfgate trends`.
 
-The histories here are synthetic results documents (harness logic: what a step is, what
-the report shows); the documents are the real format, written with the real writer.
+The histories here are synthetic results documents (harness logic: what a change point is,
+what the report shows); the documents are the real format, written with the real writer.
+tests/test_report_html.py builds the HTML page from real histories in results-store/.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import matplotlib.image
 import pytest
 
 from perfgate.store import results as results_mod
-from perfgate.report import trends
+from perfgate.report import changepoints, trends
 from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.cli import main
 from perfgate.judge.metrics import summarize
@@ -58,44 +59,57 @@ def test_history_is_ordered_by_time_not_file_name(tmp_path):
     assert s.family == "test_all_reduce busbw_gbps"
 
 
-def test_sustained_drop_is_one_worse_step_at_the_right_run(tmp_path):
+def test_sustained_drop_is_one_worse_change_point_at_the_right_run(tmp_path):
     levels = [11.7] * 6 + [10.0] * 4
     write_history(tmp_path, {AR.format("256MiB"): levels, AR.format("1MiB"): [80.0] * 10})
-    steps = trends.all_steps(trends.build_series(trends.load_history(tmp_path)))
-    assert len(steps) == 1
-    st = steps[0]
-    assert st.series.test_id == AR.format("256MiB")
-    assert st.at == 6 and st.worse and st.length == 4
-    assert st.change == pytest.approx(10.0 / 11.7 - 1, abs=0.02)
-    assert "worse step" in st.describe() and "0006beef" in st.describe()
+    found = changepoints.all_change_points(trends.build_series(trends.load_history(tmp_path)))
+    assert len(found) == 1
+    c = found[0]
+    assert c.series.test_id == AR.format("256MiB")
+    assert c.at == 6 and c.worse and c.p_value < changepoints.MAX_PVALUE
+    assert c.change == pytest.approx(10.0 / 11.7 - 1, abs=0.02)
+    assert "worse" in c.describe() and "0006beef" in c.describe() and "p=" in c.describe()
 
 
-def test_single_outlier_and_short_blips_are_not_steps(tmp_path):
-    levels = [100.0] * 5 + [70.0] + [100.0] * 3 + [70.0, 70.0] + [100.0] * 3
-    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.005)
-    assert trends.find_steps(series_of(tmp_path, AR.format("1KiB")), min_run=3) == []
+def test_single_outliers_are_not_change_points(tmp_path):
+    levels = [100.0] * 6 + [70.0] + [100.0] * 6 + [130.0] + [100.0] * 6
+    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.01)
+    assert changepoints.find_change_points(series_of(tmp_path, AR.format("1KiB"))) == []
 
 
-def test_within_tolerance_drift_is_not_a_step(tmp_path):
-    write_history(tmp_path, {AR.format("1KiB"): [100.0] * 5 + [97.0] * 5}, noise=0.002)  # -3 % < 5 %
-    assert trends.find_steps(series_of(tmp_path, AR.format("1KiB"))) == []
-
-
-def test_improvement_and_second_step_are_measured_from_the_new_level(tmp_path):
-    levels = [10.0] * 4 + [12.0] * 4 + [10.0] * 4  # up 20 %, then down 17 % from the new level
-    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.002)
-    steps = trends.find_steps(series_of(tmp_path, AR.format("1KiB")))
-    assert [(st.at, st.worse) for st in steps] == [(4, False), (8, True)]
-    assert steps[1].before == pytest.approx(12.0, rel=0.02)
-
-
-def test_a_step_must_stand_out_of_the_run_to_run_noise(tmp_path):
-    """-15 % is beyond the 5 % tolerance, but not a step on a machine whose runs scatter by +-30 %."""
-    noisy = [100.0, 130.0, 75.0, 120.0, 85.0] + [85.0] * 4
-    write_history(tmp_path, {AR.format("1KiB"): noisy}, noise=0.001)
+def test_drift_below_min_magnitude_is_not_a_change_point(tmp_path):
+    write_history(tmp_path, {AR.format("1KiB"): [100.0] * 8 + [98.8] * 8}, noise=0.001)  # -1.2 % < 2 %
     s = series_of(tmp_path, AR.format("1KiB"))
-    assert trends.find_steps(s) == []
-    assert [st.at for st in trends.find_steps(s, noise_k=0)] == [4]  # tolerance only: flagged
+    assert changepoints.find_change_points(s) == []
+    assert [c.at for c in changepoints.find_change_points(s, min_magnitude=0.005)] == [8]  # real, but small
+
+
+def test_improvement_then_regression_are_two_change_points(tmp_path):
+    levels = [10.0] * 10 + [12.0] * 10 + [10.0] * 10  # up 20 %, then down 17 % from the new level
+    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.005)
+    found = changepoints.find_change_points(series_of(tmp_path, AR.format("1KiB")))
+    assert [(c.at, c.worse) for c in found] == [(10, False), (20, True)]
+    assert found[1].before == pytest.approx(12.0, rel=0.02)
+
+
+def test_every_injected_step_of_10_percent_or_more_is_found_and_flat_runs_give_none():
+    """Synthetic histories: 2 % run-to-run noise, steps of 10 and 20 % (up and down) between flat stretches
+    of 15 runs; every step found within two runs of where it was injected, nothing anywhere else."""
+    rng = random.Random(7)
+    for k in range(20):
+        steps = {15: 1.10 if k % 2 else 0.90, 30: 1.20 if k % 3 else 0.80}
+        level, s = 100.0, trends.Series("h", f"t::test_{k}", "busbw_gbps", "GB/s", "higher", 0.05)
+        for i in range(45):
+            level *= steps.get(i, 1.0)
+            m = level * (1 + rng.gauss(0, 0.02))
+            s.points.append(trends.Point(i, f"run{i}", None, m, m, m, 7, False, "pass"))
+        found = [c.at for c in changepoints.find_change_points(s)]
+        assert len(found) == 2 and all(any(abs(f - at) <= 2 for f in found) for at in steps), (k, found)
+    flat = trends.Series("h", "t::flat", "busbw_gbps", "GB/s", "higher", 0.05)
+    for i in range(60):
+        m = 100 * (1 + rng.gauss(0, 0.02))
+        flat.points.append(trends.Point(i, f"run{i}", None, m, m, m, 7, False, "pass"))
+    assert changepoints.find_change_points(flat) == []
 
 
 def test_ids_are_ordered_as_a_reader_expects():
@@ -111,20 +125,20 @@ def test_error_bars_are_the_quartiles_of_the_samples():
     assert (q1, q3) == (2.0, 4.0)
 
 
-def test_tainted_runs_do_not_make_or_break_a_step(tmp_path):
-    levels = [10.0] * 5 + [5.0] * 2 + [10.0] * 3  # the two low runs were tainted
-    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.002, tainted_runs=(5, 6))
+def test_tainted_runs_do_not_make_a_change_point(tmp_path):
+    levels = [10.0] * 8 + [5.0] * 4  # the four low runs were tainted
+    write_history(tmp_path, {AR.format("1KiB"): levels}, noise=0.005, tainted_runs=(8, 9, 10, 11))
     s = series_of(tmp_path, AR.format("1KiB"))
-    assert trends.find_steps(s, min_run=2) == []
-    assert [st.at for st in trends.find_steps(s, min_run=2, include_tainted=True)] == [5, 8]  # down, then back up
+    assert changepoints.find_change_points(s) == []
+    assert [c.at for c in changepoints.find_change_points(s, include_tainted=True)] == [8]
 
 
-def test_fractions_use_absolute_tolerance(tmp_path):
+def test_fractions_change_absolutely(tmp_path):
     tid = "perf/offload/test_cache.py::test_hit_rate[lru]"
-    write_history(tmp_path, {tid: [0.70] * 5 + [0.66] * 4}, unit="fraction", tol=0.03, metric="hit_rate",
-                  noise=0.001)
-    (st,) = trends.find_steps(series_of(tmp_path, tid, "hit_rate"))
-    assert st.worse and st.change == pytest.approx(-0.04, abs=0.005)
+    write_history(tmp_path, {tid: [0.70] * 6 + [0.60] * 6}, unit="fraction", tol=0.03, metric="hit_rate",
+                  noise=0.002)
+    (c,) = changepoints.find_change_points(series_of(tmp_path, tid, "hit_rate"))
+    assert c.worse and c.change == pytest.approx(-0.10, abs=0.005) and c.shown_change.startswith("-0.1")
 
 
 def test_hardware_ids_are_separate_series(tmp_path):
@@ -132,7 +146,7 @@ def test_hardware_ids_are_separate_series(tmp_path):
     write_history(tmp_path, {AR.format("1KiB"): [20.0] * 5}, hardware_id="B", start_day=10)
     series = trends.build_series(trends.load_history(tmp_path))
     assert sorted((s.hardware_id, len(s.points)) for s in series) == [("A", 5), ("B", 5)]
-    assert trends.all_steps(series) == []  # 10 -> 20 between machines is not a step
+    assert changepoints.all_change_points(series) == []  # 10 -> 20 between machines is not a change
 
 
 def test_unreadable_history_file_names_the_file(tmp_path):
@@ -141,7 +155,7 @@ def test_unreadable_history_file_names_the_file(tmp_path):
         trends.load_history(tmp_path)
 
 
-def test_report_writes_pngs_and_a_page_listing_steps(tmp_path, capsys):
+def test_report_writes_pngs_and_a_page_listing_change_points(tmp_path, capsys):
     hist = tmp_path / "history"
     hist.mkdir()
     write_history(hist, {AR.format("256MiB"): [11.7] * 6 + [9.9] * 4, AR.format("1KiB"): [15.0] * 10},
@@ -152,8 +166,8 @@ def test_report_writes_pngs_and_a_page_listing_steps(tmp_path, capsys):
         unit="GB/s", better="higher", summary=summarize([11.74]), tol=None, provenance="imported: test")}})
     out = tmp_path / "report"
     code = main(["report", str(hist), "--out", str(out), "--baselines", str(tmp_path / "baselines"),
-                 "--root", str(tmp_path), "--fail-on-worse-step"])
-    assert code == 1  # a worse step was found and asked to fail
+                 "--root", str(tmp_path), "--fail-on-worse"])
+    assert code == 1  # a worse change was found and asked to fail
     pngs = sorted(out.glob("*.png"))
     assert [p.name for p in pngs] == ["2xV100-PCIe__test_all_reduce_busbw_gbps.png"]
     image = matplotlib.image.imread(pngs[0])
@@ -170,12 +184,12 @@ def test_report_writes_pngs_and_a_page_listing_steps(tmp_path, capsys):
     assert baseline_for(None, s)[0] == pytest.approx(11.7)
 
 
-def test_report_splits_large_families_and_passes_without_steps(tmp_path):
+def test_report_splits_large_families_and_passes_without_change_points(tmp_path):
     hist = tmp_path / "h"
     hist.mkdir()
     sizes = [f"{1 << i}KiB" for i in range(17)]
     write_history(hist, {AR.format(s): [10.0] * 5 for s in sizes}, noise=0.002)
-    assert main(["report", str(hist), "--root", str(tmp_path), "--fail-on-worse-step"]) == 0
+    assert main(["report", str(hist), "--root", str(tmp_path), "--fail-on-worse"]) == 0
     out = hist / "report"
     assert len(list(out.glob("*-part*.png"))) == 2  # 17 panels, 16 per image
     assert "None found." in (out / "index.md").read_text()
@@ -190,3 +204,12 @@ def test_results_json_round_trips_tainted_flag(tmp_path):
     write_history(tmp_path, {AR.format("1KiB"): [1.0] * 3}, tainted_runs=(1,))
     docs = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("*.json"))]
     assert sum(bool(d["results"][0]["tainted"]) for d in docs) == 1
+
+
+def test_trends_command_lists_change_points_with_run_commit_and_p_value(tmp_path, capsys):
+    write_history(tmp_path, {AR.format("256MiB"): [11.7] * 6 + [9.9] * 4, AR.format("1KiB"): [15.0] * 10})
+    assert main(["trends", str(tmp_path), "--fail-on-worse"]) == 1
+    out = capsys.readouterr().out
+    assert "10 runs, 2 series; 1 change point(s)" in out
+    assert "256MiB" in out and "0006beef" in out and "-15.5%" in out and "worse" in out
+    assert main(["trends", str(tmp_path), "-k", "1KiB", "--fail-on-worse"]) == 0

@@ -31,6 +31,7 @@ import statistics
 
 import pytest
 
+from perfgate.importers import vllm_bench as bench_import
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.serving_metrics import summarize
@@ -100,6 +101,7 @@ def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
               "itl_median": itl_ratio}
     perf.attach("ratios_ours_over_bench", ratios)
     perf.attach("starved_rounds", starved_rounds)
+    _check_import(tmp_path / f"round{every[0]['round']}" / "bench.json", every[0]["bench"], p)
     med = {k: statistics.median(v) for k, v in ratios.items() if v}
     summary = (f"median TTFT ours {statistics.median(ours_ttft):.2f} ms vs bench {statistics.median(bench_ttft):.2f} ms; "
                f"median TPOT ours {statistics.median(ours_tpot):.3f} ms vs bench {statistics.median(bench_tpot):.3f} ms; "
@@ -110,3 +112,13 @@ def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
                        ("ttft_median", bounds.ttft)):
         if key in med:  # itl_median is absent when every round had tokens in pairs
             assert abs(med[key] - 1) <= bound, f"{key.split('_')[0].upper()} disagrees by more than {bound:.0%}: {summary}"
+
+
+def _check_import(path, bench: dict, profile) -> None:
+    """`perfgate import vllm-bench` on the file the real tool just wrote: this test's C, its numbers unchanged."""
+    got = bench_import.read([path], "cpu-crosscheck" if profile.name == "cpu" else None)
+    assert {n.test_id for n in got.numbers} == {f"{bench_import.SWEEP}[{profile.name}-C={profile.bench_concurrency}]"}
+    samples = {n.metric: n.samples for n in got.numbers}
+    assert samples["output_tok_s"] == (bench["output_throughput"],)
+    assert samples["tpot_ms"] == (bench["median_tpot_ms"],)
+    assert samples["ttft_ms"] == tuple(x * 1e3 for x in bench["ttfts"])  # --save-detailed: one per request

@@ -1,9 +1,11 @@
-"""`perfgate report HISTORY_DIR`: trend plots (PNG per metric family) and a Markdown page.
+"""`perfgate report HISTORY...`: trend plots (PNG per metric family), a Markdown page, an HTML page.
 
 Each plot shows, per test id, the run medians over time with their interquartile range,
-the baseline as a band (median +- tolerance), tainted runs as hollow markers and the
-sustained step changes that perfgate.report.trends found. The page lists the runs, the step
-changes and links every plot, so a nightly job can publish it as an artifact.
+the baseline as a band (median +- tolerance), tainted runs as hollow markers and the change
+points Apache Otava found (perfgate.report.changepoints). ``--out DIR`` writes the Markdown
+page (runs, change points, plots); ``--html DIR`` one static page (perfgate.report.html_page:
+per area the latest run's verdicts, regressions highlighted, then the change points and
+every plot; no server, no external resource), which the nightly job uploads.
 """
 from __future__ import annotations
 
@@ -12,11 +14,11 @@ import math
 import re
 from pathlib import Path
 
-from perfgate.store import interrupts
-from perfgate.report import trends
-from perfgate.store.baselines import BaselineStore
+from perfgate.commands.trends import add_detection_options, detect
 from perfgate.judge.config import load_settings
-from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.report import changepoints, html_page, trends
+from perfgate.store import interrupts
+from perfgate.store.baselines import BaselineStore
 from perfgate.store.results import area_of
 
 MAX_PANELS = 16  # per PNG; larger families are split into parts
@@ -24,19 +26,16 @@ _COLS = 4
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="plot a history folder of results (trends, step changes)")
-    p.add_argument("history", type=Path, help="folder of results JSONs (pytest --perf-history DIR)")
-    p.add_argument("--out", type=Path, help="output folder (default: HISTORY/report)")
+    p = sub.add_parser("report", help="plot a history of results: trends, change points, an HTML page")
+    p.add_argument("history", nargs="+", type=Path,
+                   help="history folders (pytest --perf-history DIR) or results files (--perf-save)")
+    p.add_argument("--out", type=Path, help="Markdown page and plots here (default: HISTORY/report, "
+                                            "unless --html is given)")
+    p.add_argument("--html", type=Path, metavar="DIR", help="one static HTML page and its plots here")
     p.add_argument("--baselines", type=Path, help="baseline folder for the bands (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
-    p.add_argument("--hardware-id", help="only this hardware id (default: every id in the history)")
-    p.add_argument("--min-run", type=int, default=3, help="consecutive runs a step must last (default 3)")
-    p.add_argument("--window", type=int, default=5, help="runs forming the reference level (default 5)")
-    p.add_argument("--noise-k", type=float, default=3.0,
-                   help="a step must also exceed this many run-to-run spreads of the reference runs (default 3; "
-                        "0: tolerance only)")
-    p.add_argument("--include-tainted", action="store_true", help="let tainted runs count for step detection")
-    p.add_argument("--fail-on-worse-step", action="store_true", help="exit 1 when a worse step change is found")
+    add_detection_options(p)
+    p.add_argument("--fail-on-worse", action="store_true", help="exit 1 when a change point for the worse is found")
     p.set_defaults(func=run)
 
 
@@ -74,7 +73,7 @@ def baseline_for(store: BaselineStore | None, s: trends.Series) -> tuple[float |
     return s.baseline_median, s.baseline_provenance
 
 
-def plot_family(series: list[trends.Series], steps: list[trends.StepChange], runs: list[trends.Run],
+def plot_family(series: list[trends.Series], found: list[changepoints.ChangePoint], runs: list[trends.Run],
                 store: BaselineStore | None, path: Path, title: str) -> Path:
     import matplotlib
     matplotlib.use("Agg")
@@ -85,8 +84,8 @@ def plot_family(series: list[trends.Series], steps: list[trends.StepChange], run
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.2 * rows + 0.6), squeeze=False)
     by_series = {}
-    for st in steps:
-        by_series.setdefault(id(st.series), []).append(st)
+    for c in found:
+        by_series.setdefault(id(c.series), []).append(c)
     for k, s in enumerate(series):
         ax = axes[k // cols][k % cols]
         xs = [p.run for p in s.points]
@@ -112,12 +111,11 @@ def plot_family(series: list[trends.Series], steps: list[trends.StepChange], run
         if reg:
             ax.plot([p.run for p in reg], [p.median for p in reg], "x", ms=8, color="tab:red",
                     label="regression verdict")
-        for st in by_series.get(id(s), []):
-            color = "tab:red" if st.worse else "tab:cyan"
-            x = st.point.run
+        for c in by_series.get(id(s), []):
+            color = "tab:red" if c.worse else "tab:cyan"
+            x = c.point.run
             ax.axvline(x - 0.5, color=color, lw=1.5)
-            change = f"{st.change:+.3f}" if s.absolute else f"{st.change:+.1%}"
-            ax.annotate(f"step {change}", xy=(x - 0.5, 1.0), xycoords=("data", "axes fraction"),
+            ax.annotate(f"{c.shown_change} p={c.p_value:.1g}", xy=(x - 0.5, 1.0), xycoords=("data", "axes fraction"),
                         xytext=(3, -12), textcoords="offset points", color=color, fontsize=8)
         ax.set_title(_panel_title(s.test_id), fontsize=9)
         ax.set_ylabel(s.unit, fontsize=8)
@@ -148,16 +146,9 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def render(history: Path, out: Path, *, store: BaselineStore | None, hardware_id: str | None = None,
-           min_run: int = 3, window: int = 5, include_tainted: bool = False,
-           noise_k: float = 3.0) -> tuple[Path, list[Path], list]:
-    """Write the plots and the page; returns (page, pngs, step changes)."""
-    runs = trends.load_history(history)
-    if not runs:
-        raise ValueError(f"{history}: no results JSONs; write some with `pytest --perf-history {history}`")
-    series = trends.build_series(runs, hardware_id=hardware_id)
-    steps = trends.all_steps(series, min_run=min_run, window=window, include_tainted=include_tainted,
-                             noise_k=noise_k)
+def write_plots(out: Path, runs: list[trends.Run], series: list[trends.Series],
+                found: list[changepoints.ChangePoint], store: BaselineStore | None) -> list[tuple[str, Path]]:
+    """One PNG per (hardware id, metric family), split every MAX_PANELS test ids; (title, path) each."""
     out.mkdir(parents=True, exist_ok=True)
     families: dict[tuple[str, str], list[trends.Series]] = {}
     for s in series:
@@ -169,24 +160,27 @@ def render(history: Path, out: Path, *, store: BaselineStore | None, hardware_id
             suffix = f"-part{j + 1}" if len(parts) > 1 else ""
             name = f"{_slug(hw)}__{_slug(family)}{suffix}.png"
             title = f"{hw}: {family}" + (f" (part {j + 1}/{len(parts)})" if len(parts) > 1 else "")
-            part_steps = [st for st in steps if any(st.series is s for s in part)]
-            pngs.append((title, plot_family(part, part_steps, runs, store, out / name, title)))
+            part_found = [c for c in found if any(c.series is s for s in part)]
+            pngs.append((title, plot_family(part, part_found, runs, store, out / name, title)))
+    return pngs
+
+
+def markdown_page(history: str, runs: list[trends.Run], found: list[changepoints.ChangePoint],
+                  pngs: list[tuple[str, Path]], args: argparse.Namespace) -> str:
     lines = [f"# perfgate trends: `{history}`", "",
              f"{len(runs)} runs from {runs[0].created} to {runs[-1].created}; hardware ids: "
              + ", ".join(sorted({r.hardware_id for r in runs})) + ".", "",
-             f"Step change: the median moved beyond the metric's tolerance (and beyond {noise_k:g} run-to-run "
-             f"spreads of the reference runs) and stayed there for at least {min_run} consecutive runs, against "
-             f"the median of up to {window} runs before it"
-             + ("" if include_tainted else " (tainted runs left out)") + ".", "", "## Step changes", ""]
-    if steps:
-        lines += ["| hardware | test | metric | from run | before | after | change | direction | sustained |",
-                  "|---|---|---|---|---:|---:|---:|---|---:|"]
-        for st in sorted(steps, key=lambda x: (not x.worse, x.series.test_id)):
-            s = st.series
-            change = f"{st.change:+.3f}" if s.absolute else f"{st.change:+.1%}"
-            lines.append(f"| {s.hardware_id} | `{_md_escape(s.test_id)}` | {s.metric} | {st.point.created} "
-                         f"`{st.point.commit or '?'}` | {st.before:.4g} | {st.after:.4g} | {change} | "
-                         f"{'**worse**' if st.worse else 'better'} | {st.length} runs |")
+             f"Change points (Apache Otava, E-Divisive means): the run medians before and after differ with a "
+             f"t-test p-value below {args.max_pvalue:g} and by more than {args.min_magnitude:.0%}"
+             + ("" if args.include_tainted else " (tainted runs left out)") + ".", "", "## Change points", ""]
+    if found:
+        lines += ["| hardware | test | metric | from run | before | after | change | p | direction |",
+                  "|---|---|---|---|---:|---:|---:|---:|---|"]
+        for c in found:
+            s = c.series
+            lines.append(f"| {s.hardware_id} | `{_md_escape(s.test_id)}` | {s.metric} | {c.point.created} "
+                         f"`{c.point.commit or '?'}` | {c.before:.4g} | {c.after:.4g} | {c.shown_change} | "
+                         f"{c.p_value:.2g} | {'**worse**' if c.worse else 'better'} |")
     else:
         lines.append("None found.")
     lines += ["", "## Runs", "", "| # | created | commit | hardware | metrics | regressions | tainted | file |",
@@ -200,22 +194,27 @@ def render(history: Path, out: Path, *, store: BaselineStore | None, hardware_id
     lines += ["", "## Plots", ""]
     for title, path in pngs:
         lines += [f"### {_md_escape(title)}", "", f"![{_md_escape(title)}]({path.name})", ""]
-    page = out / "index.md"
-    page.write_text("\n".join(lines) + "\n")
-    return page, [p for _, p in pngs], steps
+    return "\n".join(lines) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
-    out = args.out or (args.history / "report")
     settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
     store = BaselineStore(settings.baselines) if settings.baselines.is_dir() else None
-    if args.hardware_id is not None:
-        check_hardware_id(args.hardware_id, source="--hardware-id")
-    with interrupts.writing(f"the report in {out}", hold=False):  # plots take a while: Ctrl-C stops them
-        page, pngs, steps = render(args.history, out, store=store, hardware_id=args.hardware_id,
-                                   min_run=args.min_run, window=args.window, include_tainted=args.include_tainted,
-                                   noise_k=args.noise_k)
-    print(f"wrote {page} and {len(pngs)} plot(s) in {out}")
-    for st in steps:
-        print(("WORSE " if st.worse else "better ") + st.describe())
-    return 1 if args.fail_on_worse_step and any(st.worse for st in steps) else 0
+    runs, series, found = detect(args)
+    history = " ".join(map(str, args.history))
+    first = args.history[0]
+    outs = [d for d in (args.out, args.html) if d is not None] or [(first if first.is_dir() else first.parent) / "report"]
+    with interrupts.writing(f"the report in {', '.join(map(str, outs))}", hold=False):  # Ctrl-C stops the plots
+        if args.html is not None:
+            pngs = write_plots(args.html, runs, series, found, store)
+            page = html_page.write(args.html / "index.html", history, runs, found, pngs)
+            print(f"wrote {page} and {len(pngs)} plot(s) in {args.html}")
+        if args.out is not None or args.html is None:
+            out = outs[0]
+            pngs = write_plots(out, runs, series, found, store)
+            page = out / "index.md"
+            page.write_text(markdown_page(history, runs, found, pngs, args))
+            print(f"wrote {page} and {len(pngs)} plot(s) in {out}")
+    for c in found:
+        print(("WORSE " if c.worse else "better ") + c.describe())
+    return 1 if args.fail_on_worse and any(c.worse for c in found) else 0

@@ -1,13 +1,10 @@
-"""History of runs -> per-metric time series -> sustained step changes. Pure: no plotting.
+"""History of runs -> per-metric time series of run medians. Pure: no plotting, no detection.
 
-A nightly run that is 8 % slower once is noise; three nightly runs in a row that are
-all 8 % slower than the weeks before is a step change that a single-run gate with a
-10 % tolerance never flags. This module finds those: a change of the median level,
-beyond the metric's tolerance, sustained over ``min_run`` consecutive runs.
-
-Input is a folder of results JSONs (``pytest --perf-history DIR`` writes one per run);
-series are kept apart per hardware id, because numbers from two machines are not one
-series.
+Input is results JSONs (``pytest --perf-history DIR`` writes one per run; ``--perf-save``
+files too, ``.json.gz`` included); series are kept apart per hardware id, because numbers
+from two machines are not one series. Where a series changes level is
+perfgate.report.changepoints' job (Apache Otava): this module is what Otava does not do,
+reading perfgate's own files and ordering them by time.
 """
 from __future__ import annotations
 
@@ -69,45 +66,26 @@ class Series:
         return f"{family_of(self.test_id)} {self.metric}"
 
 
-@dataclass(frozen=True)
-class StepChange:
-    series: Series
-    at: int                # index into series.points where the new level starts
-    before: float          # median level of the reference window
-    after: float           # median level of the sustained run
-    change: float          # relative (or absolute for fractions), signed as the value moved
-    worse: bool
-    length: int            # how many consecutive runs sustain it
-
-    @property
-    def point(self) -> Point:
-        return self.series.points[self.at]
-
-    def describe(self) -> str:
-        unit = "" if self.series.absolute else "%"
-        shown = f"{self.change * (1 if self.series.absolute else 100):+.{3 if self.series.absolute else 1}f}{unit}"
-        return (f"{self.series.test_id} {self.series.metric}: {'worse' if self.worse else 'better'} step "
-                f"{shown} ({_fmt(self.before)} -> {_fmt(self.after)} {self.series.unit}) from run "
-                f"{self.point.created} commit {self.point.commit or '?'}, sustained {self.length} runs")
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
-
-
 def family_of(test_id: str) -> str:
     """``perf/x/test_a.py::test_b[p-1]`` -> ``test_b``; the module path when there is no function."""
     tail = test_id.split("::")[-1]
     return tail.split("[", 1)[0]
 
 
-def load_history(folder: Path) -> list[Run]:
-    """Every results JSON in ``folder``, oldest first. Unreadable files fail with their name."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: no such history folder; write one with `pytest --perf-history {folder}`")
+def load_history(*paths: Path) -> list[Run]:
+    """Every results JSON in the given folders (``*.json``, ``*.json.gz``) or files, oldest first.
+    Unreadable files fail with their name."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files += sorted([*p.glob("*.json"), *p.glob("*.json.gz")])
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"{p}: no such history folder or results file; write one with "
+                                    f"`pytest --perf-history {p}`")
     runs = []
-    for path in sorted(folder.glob("*.json")):
+    for path in files:
         doc = results_mod.load(path)
         runs.append(Run(path=path, created=doc.get("created") or "", commit=doc.get("commit"),
                         hardware_id=doc.get("hardware_id") or "?", interrupted=bool(doc.get("interrupted")),
@@ -158,78 +136,3 @@ def quartiles(summary) -> tuple[float, float]:
         q1, q3 = statistics.quantiles(summary.samples, n=4, method="inclusive")[0::2]
         return min(q1, summary.median), max(q3, summary.median)
     return summary.median - summary.iqr / 2, summary.median + summary.iqr / 2
-
-
-def _change(before: float, after: float, absolute: bool) -> float:
-    if absolute:
-        return after - before
-    if before == 0:
-        return 0.0 if after == 0 else float("inf")
-    return (after - before) / abs(before)
-
-
-def _noise(ref_medians: list[float], level: float, absolute: bool) -> float:
-    """Run-to-run spread of the reference window: 1.4826 x MAD, relative to the level unless absolute."""
-    mad = statistics.median(abs(m - level) for m in ref_medians) * 1.4826
-    if absolute:
-        return mad
-    return mad / abs(level) if level else 0.0
-
-
-def find_steps(series: Series, *, min_run: int = 3, window: int = 5, min_reference: int = 3,
-               include_tainted: bool = False, noise_k: float = 3.0) -> list[StepChange]:
-    """Sustained level changes in one series.
-
-    Walk the points; the reference level is the median of up to ``window`` points before
-    the candidate (at least ``min_reference``). A step starts at point i when points
-    i .. i+min_run-1 all differ from the reference, in the same direction, by more than
-    the tolerance *and* by more than ``noise_k`` times the reference window's own
-    run-to-run spread (a machine whose runs scatter by 30 % cannot show a 10 % step;
-    ``noise_k=0`` checks the tolerance only). After a step the reference restarts at the
-    new level, so a second step is measured from the first. Tainted points are skipped
-    unless asked for.
-    """
-    if min_run < 1 or window < 1 or min_reference < 1:
-        raise ValueError("min_run, window and min_reference must be >= 1")
-    if noise_k < 0:
-        raise ValueError("noise_k must be >= 0")
-    pts = [p for p in series.points if include_tainted or not p.tainted]
-    steps: list[StepChange] = []
-    start = 0  # first index of the current level
-    i = start + min_reference
-    while i + min_run <= len(pts):
-        ref_pts = pts[max(start, i - window):i]
-        if len(ref_pts) < min_reference:
-            i += 1
-            continue
-        ref = statistics.median(p.median for p in ref_pts)
-        limit = max(series.tol, noise_k * _noise([p.median for p in ref_pts], ref, series.absolute))
-        changes = [_change(ref, p.median, series.absolute) for p in pts[i:i + min_run]]
-        up = all(c > limit for c in changes)
-        down = all(c < -limit for c in changes)
-        if up or down:
-            # extend the run while it stays beyond the limit in the same direction
-            end = i + min_run
-            while end < len(pts):
-                c = _change(ref, pts[end].median, series.absolute)
-                if (up and c > limit) or (down and c < -limit):
-                    end += 1
-                else:
-                    break
-            after = statistics.median(p.median for p in pts[i:end])
-            change = _change(ref, after, series.absolute)
-            worse = (change < 0) if series.better == "higher" else (change > 0)
-            at = series.points.index(pts[i])
-            steps.append(StepChange(series, at, ref, after, change, worse, end - i))
-            start = i
-            i = start + min_reference
-            continue
-        i += 1
-    return steps
-
-
-def all_steps(series_list: list[Series], **kw) -> list[StepChange]:
-    out = []
-    for s in series_list:
-        out.extend(find_steps(s, **kw))
-    return out

@@ -1,7 +1,7 @@
 """The one way baselines are written: the same checks on every path, then the writes.
 
 ``pytest --perf-refresh``, ``perfgate refresh``, ``perfgate calibrate --write`` and
-``perfgate import-seed`` all build a :class:`Plan` here and write it with :func:`write_plan`;
+``perfgate import`` all build a :class:`Plan` here and write it with :func:`write_plan`;
 none of them calls ``BaselineStore.write`` itself. So each refuses the same things, in one
 line naming the file, test and metric, with nothing written:
 

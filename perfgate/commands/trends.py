@@ -1,0 +1,69 @@
+"""`perfgate trends HISTORY...`: where each metric's run medians changed level (Apache Otava).
+
+One series per (hardware id, test, metric) of the run medians in the history folders or
+results files; for each change point: the run and commit it starts at, the means before and
+after, the change and its p-value (perfgate.report.changepoints). Worse changes first.
+``--fail-on-worse`` exits 1 when any change is for the worse (a nightly job's alarm for a
+slow drift that no single run's gate fails).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.report import changepoints, trends
+from perfgate.report.run_report import short_id
+from perfgate.report.textable import Column, render, stdout_width
+
+
+def add_detection_options(p) -> None:
+    """The change-point options `perfgate trends` and `perfgate report` share."""
+    p.add_argument("--hardware-id", help="only this hardware id (default: every id in the history)")
+    p.add_argument("-k", "--match", metavar="TEXT", help="only test ids that contain TEXT (e.g. all_reduce)")
+    p.add_argument("--max-pvalue", type=float, default=changepoints.MAX_PVALUE,
+                   help=f"a change point's t-test p-value must be below this (default {changepoints.MAX_PVALUE})")
+    p.add_argument("--min-magnitude", type=float, default=changepoints.MIN_MAGNITUDE,
+                   help=f"and its relative change above this (default {changepoints.MIN_MAGNITUDE})")
+    p.add_argument("--window", type=int, default=changepoints.WINDOW,
+                   help=f"Otava's sliding window in runs (default {changepoints.WINDOW})")
+    p.add_argument("--include-tainted", action="store_true", help="let tainted runs count")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("trends", help="change points of each metric over a history of runs (Apache Otava)")
+    p.add_argument("history", nargs="+", type=Path,
+                   help="history folders (pytest --perf-history DIR) or results files (--perf-save)")
+    add_detection_options(p)
+    p.add_argument("--fail-on-worse", action="store_true", help="exit 1 when a change for the worse is found")
+    p.set_defaults(func=run)
+
+
+def detect(args: argparse.Namespace) -> tuple[list[trends.Run], list[trends.Series], list[changepoints.ChangePoint]]:
+    if args.hardware_id is not None:
+        check_hardware_id(args.hardware_id, source="--hardware-id")
+    runs = trends.load_history(*args.history)
+    if not runs:
+        raise ValueError(f"{' '.join(map(str, args.history))}: no results JSONs; write some with "
+                         f"`pytest --perf-history DIR`")
+    series = [s for s in trends.build_series(runs, hardware_id=args.hardware_id)
+              if not args.match or args.match in s.test_id]
+    found = changepoints.all_change_points(series, max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude,
+                                           window=args.window, include_tainted=args.include_tainted)
+    return runs, series, sorted(found, key=lambda c: (not c.worse, c.series.hardware_id, c.series.test_id))
+
+
+def run(args: argparse.Namespace) -> int:
+    runs, series, found = detect(args)
+    print(f"{len(runs)} runs, {len(series)} series; {len(found)} change point(s) "
+          f"(Otava, p < {args.max_pvalue:g}, |change| > {args.min_magnitude:.0%})")
+    rows = [[c.series.hardware_id, short_id(c.series.test_id), c.series.metric, c.point.created[:16].replace("T", " "),
+             (c.point.commit or "?")[:12], f"{c.before:.4g}", f"{c.after:.4g}", c.series.unit, c.shown_change,
+             f"{c.p_value:.2g}", "worse" if c.worse else "better"] for c in found]
+    columns = (Column("hardware"), Column("test", fold=True, group=True), Column("metric", fold=True),
+               Column("from run"), Column("commit"), Column("before", "right"), Column("after", "right"),
+               Column("unit"), Column("change", "right"), Column("p", "right"), Column("direction"))
+    if rows:
+        for line in render(columns, rows, width=stdout_width()):
+            print(line.text)
+    return 1 if args.fail_on_worse and any(c.worse for c in found) else 0

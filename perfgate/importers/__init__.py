@@ -1,0 +1,71 @@
+"""Other tools' result files as perfgate numbers: one module per format, one shape out.
+
+Each format module has ``TOOL`` (its name in provenance), ``DEFAULT_PATHS`` (files read when
+none are given; empty: the user must name them) and ``read(paths, hardware_id) -> Imported``.
+``perfgate import FORMAT PATH...`` (perfgate.commands.import_baselines) turns an ``Imported``
+into baseline entries with provenance ``imported: <tool> <file>``. A reader checks every
+number it takes is finite and says which rows it left out and why (a size no test has, a
+row with wrong elements), so nothing is dropped silently.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ImportFormatError(ValueError):
+    """A file is not what its format says; the message names the file, the place and the fix."""
+
+
+@dataclass(frozen=True)
+class ImportedNumber:
+    """One metric of one test, as the other tool measured it."""
+
+    test_id: str
+    metric: str
+    unit: str
+    better: str
+    samples: tuple[float, ...]       # the tool's raw values where it keeps them, else its one summary value
+    file: str                        # the file's name, for provenance
+    n: int | None = None             # what the samples stand for when the tool kept fewer (rounds, runs averaged)
+    provenance: str | None = None    # default: "imported: <tool> <file>"
+    source: str | None = None        # where in the file (a table row, a JSON key), for a reviewer
+    software: dict[str, Any] | None = None
+
+
+@dataclass
+class Imported:
+    """What one ``read`` found: numbers, rows left out (what, why) and what the files say of the machine."""
+
+    tool: str
+    numbers: list[ImportedNumber] = field(default_factory=list)
+    left_out: list[tuple[str, str]] = field(default_factory=list)
+    hardware_id: str | None = None   # where the files name it (the seed report does)
+    fingerprint: dict[str, Any] | None = None
+    when: str | None = None
+    commit: str | None = None
+
+
+def finite(value: Any, where: str) -> float:
+    """``value`` as a float, or an error naming where it was read: a NaN must never become a baseline."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ImportFormatError(f"{where}: {value!r} is not a number") from None
+    if not math.isfinite(x):
+        raise ImportFormatError(f"{where}: {value!r} is not a finite number; the tool's run failed there, "
+                                f"re-run it or leave that file out")
+    return x
+
+
+def read_text(path: Path, tool: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read this {tool} file ({exc.strerror or exc})") from None
+
+
+FORMATS = {"pytest-benchmark": "pytest_benchmark", "nccl-tests": "nccl_tests", "vllm-bench": "vllm_bench",
+           "seed": "seed"}

@@ -1,0 +1,104 @@
+"""pytest-benchmark tests gated by perfgate (perfgate/benchmark_bridge.py), end to end.
+
+The project below is written the pytest-benchmark way and measures real work (sorting);
+the "2x slower" version sorts twice per call. Its tolerance is 50 % (a shared 2-core
+machine scatters wall times), so only a real 2x slowdown can fail it.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is a perfgate dependency (pyproject.toml)")
+
+BENCH = """
+import random
+
+DATA = random.Random(0).sample(range(5000), 5000)
+REPEAT = {repeat}
+
+
+def work(data):
+    for _ in range(REPEAT):
+        sorted(data)
+
+
+def test_sort(benchmark):
+    benchmark(work, DATA)
+
+
+def test_sort_pedantic(benchmark):
+    benchmark.pedantic(work, args=(DATA,), rounds=15, warmup_rounds=1, iterations=2)
+"""
+
+PYPROJECT = """
+[tool.perfgate]
+baselines = "baselines"
+retries = 1
+
+[tool.perfgate.overrides]
+"*@time_s" = 0.5
+"""
+
+HW = "--perf-hardware-id=cpu-Test-2c"
+FAST = ("--benchmark-max-time=0.1", "--benchmark-min-rounds=15", "-p", "no:cacheprovider")
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    pytester.makefile(".toml", pyproject=PYPROJECT)
+    pytester.makepyfile(test_bench=BENCH.format(repeat=1))
+    return pytester
+
+
+def _metrics(path) -> dict:
+    doc = json.loads(path.read_text())
+    return {(r["test_id"].split("::")[-1], r["metric"]): r for r in doc["results"]}
+
+
+def test_benchmark_tests_become_gated_metrics(project):
+    res = project.runpytest(HW, "--perf-gate=all", "--perf-refresh", "--perf-save=first.json", *FAST)
+    res.assert_outcomes(passed=2)
+    first = _metrics(project.path / "first.json")
+    assert set(first) == {("test_sort", "time_s"), ("test_sort_pedantic", "time_s")}
+    for r in first.values():
+        assert r["unit"] == "s" and r["better"] == "lower" and r["verdict"]["outcome"] == "new"
+        assert r["summary"]["n"] >= 15 and 0 < r["summary"]["median"] < 1
+    baseline = json.loads((project.path / "baselines" / "cpu-Test-2c" / "misc.json").read_text())
+    assert {m for t in baseline["entries"].values() for m in t} == {"time_s"}
+    assert "benchmark: 2 tests" in res.stdout.str()  # pytest-benchmark's own table is still there
+
+    # The same tests, 2x slower: regression in perfgate's table, after one re-measurement.
+    project.makepyfile(test_bench=BENCH.format(repeat=2))
+    res = project.runpytest(HW, "--perf-gate=all", "--perf-save=slow.json", *FAST)
+    res.assert_outcomes(failed=2)
+    out = res.stdout.str()
+    assert "performance regression" in out and "regression" in out.split("perfgate")[-1]
+    slow = _metrics(project.path / "slow.json")
+    for key, r in slow.items():
+        assert r["verdict"]["outcome"] == "regression" and r["attempts"] == 2, (key, r["verdict"]["outcome"], r["attempts"])
+        assert r["summary"]["median"] > 1.5 * first[key]["summary"]["median"]
+
+    # By default absolute timings are recorded, not gated, on cpu-* hardware ids (judge/gate.py).
+    res = project.runpytest(HW, *FAST)
+    res.assert_outcomes(passed=2)
+
+
+def test_benchmark_tests_are_timed_by_perfgate_under_xdist(project):
+    project.runpytest(HW, "--perf-gate=all", "--perf-refresh", *FAST).assert_outcomes(passed=2)
+    res = project.runpytest_subprocess(HW, "--perf-gate=all", "-n", "2", "--perf-save=xdist.json", *FAST)
+    res.assert_outcomes(passed=2)
+    out = res.stdout.str()
+    assert out.count("perfgate timed 2 benchmark test(s) itself") == 1
+    got = _metrics(project.path / "xdist.json")
+    assert {k for k in got} == {("test_sort", "time_s"), ("test_sort_pedantic", "time_s")}
+    assert all(r["verdict"]["outcome"] in ("pass", "improved", "noisy") for r in got.values()), got
+    assert got[("test_sort_pedantic", "time_s")]["summary"]["n"] == 15  # pedantic's own rounds
+
+
+def test_benchmark_disable_records_nothing(project):
+    res = project.runpytest(HW, "--benchmark-disable", "--perf-save=off.json", *FAST)
+    res.assert_outcomes(passed=2)
+    assert not (project.path / "off.json").exists()
