@@ -6,6 +6,7 @@ import pytest
 
 from perfgate.judge.metrics import MetricError, paired_ratio, paired_saving
 from perfgate.workloads import collectives, pipeline, serving, training
+from perfgate.workloads.area import CheckFailed, Measured
 from perfgate.workloads.serving.starvation import STARVED_MS, starved, unstarved_runs
 
 
@@ -24,15 +25,31 @@ def _rank(times, wrong, size=1024):
             "time_us": times, "ref_us": [t / 2 for t in times], "wrong": wrong}
 
 
-def test_collectives_reduce_takes_the_slowest_rank_and_sums_wrong_elements():
-    out = collectives.reduce([[_rank([10.0, 30.0], 0)], [_rank([20.0, 15.0], 2)]])
-    assert out[0]["time_us"] == [20.0, 30.0]
-    assert out[0]["ref_us"] == [10.0, 15.0] and out[0]["time_over_p2p"] == [2.0, 2.0]
-    assert out[0]["wrong"] == 2 and out[0]["wrong_by_rank"] == [0, 2]
-    assert out[0]["algbw_gbps"][0] == pytest.approx(1024 / 20e-6 / 1e9)
-    assert out[0]["busbw_gbps"][0] == pytest.approx(1.5 * out[0]["algbw_gbps"][0])
+def _case(size=1024):
+    return next(c for c in collectives.AREA.all_cases("all_reduce") if c.values.size == size)
+
+
+def test_collectives_reduce_takes_the_slowest_rank_and_checks_wrong_elements():
+    out = {r.name: r for r in collectives.reduce(_case(), [_rank([10.0, 30.0], 0), _rank([20.0, 15.0], 0)])}
+    assert out["time_us"].samples == [20.0, 30.0]
+    assert out["time_over_p2p"].samples == [2.0, 2.0]  # over the slowest rank's p2p: 10, 15
+    algbw = 1024 / 20e-6 / 1e9
+    assert out["sample"].data["algbw_gbps"][0] == pytest.approx(algbw)
+    assert out["busbw_gbps"].samples[0] == pytest.approx(1.5 * algbw)
+    assert out["busbw_gbps"].record_kwargs() == {"name": "busbw_gbps", "samples": out["busbw_gbps"].samples,
+                                                 "unit": "GB/s", "better": "higher"}
+    with pytest.raises(CheckFailed, match=r"2 wrong elements at 1KiB on 2 ranks \(per rank: \[0, 2\]\)"):
+        collectives.reduce(_case(), [_rank([10.0], 0), _rank([20.0], 2)])
     with pytest.raises(ValueError, match="ranks disagree"):
-        collectives.reduce([[_rank([1.0], 0)], [_rank([1.0, 2.0], 0)]])
+        collectives.reduce(_case(), [_rank([1.0], 0), _rank([1.0, 2.0], 0)])
+
+
+def test_measured_forwards_every_record_keyword():
+    m = Measured("step_ms", (1.0, 2.0), "ms", "lower", tol=0.2, options={"device_busy": [0.5, 0.6]})
+    assert m.record_kwargs() == {"name": "step_ms", "samples": [1.0, 2.0], "unit": "ms", "better": "lower",
+                                 "tol": 0.2, "device_busy": [0.5, 0.6]}
+    with pytest.raises(ValueError, match="better must be"):
+        Measured("x", [1.0], "x", "up")
 
 
 def test_megatron_tp_reduce_takes_the_slowest_step_and_largest_peak():
