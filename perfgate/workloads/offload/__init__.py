@@ -25,11 +25,14 @@ The reads run in this process (no ranks): what would be per rank elsewhere is pe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.area import Area, Attached, Case, Measured, Record, check
 from perfgate.workloads.offload.device_probe import DEFAULT_THREADS
+
+if TYPE_CHECKING:
+    from perfgate.workloads.offload.expert_reads import ExpertReader
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def read_specs(case: Case, k: int) -> dict:
 _PER_ROUND = {"expert_read": 11, "layer_read": 7, "split_read": 7}
 
 
-def measure(reader, case: Case) -> ReadRounds:
+def measure(reader: ExpertReader, case: Case) -> ReadRounds:
     """Interleaved rounds of the case's two strategies on an open ExpertReader (page cache dropped
     before every read), then a check that every strategy delivers exactly the file's bytes."""
     import numpy as np
@@ -194,4 +197,4 @@ def reduce(case: Case, raw: ReadRounds) -> list[Record]:
                                        "layer_bytes": raw.nbytes})]
 
 
-AREA: Area[Profile, Any, ReadRounds] = Area("offload", PROFILES, cases, measure, reduce)
+AREA: Area[Profile, "ExpertReader", ReadRounds] = Area("offload", PROFILES, cases, measure, reduce)
