@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from perfgate.judge.metrics import MetricError, paired_ratio, paired_saving
-from perfgate.workloads import collectives, pipeline, serving, training
-from perfgate.workloads.area import CheckFailed, Measured
+from perfgate.workloads import collectives, offload, pipeline, serving, training
+from perfgate.workloads.area import Case, CheckFailed, Measured
+from perfgate.workloads.pipeline import records as pipeline_records
 from perfgate.workloads.serving.starvation import STARVED_MS, starved, unstarved_runs
 
 
@@ -59,14 +60,17 @@ def test_megatron_tp_reduce_takes_the_slowest_step_and_largest_peak():
 
     ranks = [{"cases": [{"step_s": [1.0, 4.0], "peak_alloc_gib": [3.0, 1.0], "loss": [2.0]}]},
              {"cases": [{"step_s": [2.0, 2.0], "peak_alloc_gib": [1.0, 5.0], "loss": [2.0]}]}]
-    rec = pipeline.reduce_tp(ranks, Spec)["tp2-dp1"]
+    rec = pipeline_records.tp_by_case(pipeline.LaunchRaw(Spec, ranks))["tp2-dp1"]
     assert rec["step_s"] == [2.0, 4.0] and rec["peak_alloc_gib"] == [3.0, 5.0] and rec["tokens_per_s"] == [50.0, 25.0]
 
 
 def test_every_area_lists_cases_with_unique_ids():
-    for area in (collectives.AREA, training.AREA, pipeline.AREA, serving.AREA):
-        ids = [c.id for c in area.all_cases()]
-        assert ids and len(ids) == len(set(ids)), area.name
+    for area in (collectives.AREA, training.AREA, pipeline.AREA, serving.AREA, offload.AREA):
+        every = [c for profile in area.profiles.values() for c in area.cases(profile)]
+        keys = [(c.kind, c.id) for c in every]
+        assert keys and len(keys) == len(set(keys)), area.name
+        for kind in {c.kind for c in every}:  # every kind parametrizes a test: the reduce knows it
+            assert area.all_cases(kind), (area.name, kind)
 
 
 def test_unstarved_runs_re_runs_starved_ones_up_to_a_limit():
@@ -78,20 +82,27 @@ def test_unstarved_runs_re_runs_starved_ones_up_to_a_limit():
     assert starved(3.0, STARVED_MS) and not starved(3.0, 0.2)
 
 
-def test_pipeline_reduce_splits_specs_and_combines_ranks():
+def _bubble_case():
+    return Case("torch-gpipe-gloo-pp2-m4", pipeline.PipelineCase(pipeline.TORCH_CPU, "gpipe", 2, 4), ("cpu",),
+                kind="bubble")
+
+
+def test_pipeline_reduce_combines_ranks_and_checks_the_schedule():
     class Spec:
         pp, virtual_stages, tokens_per_microbatch, schedule = 2, 1, 10, "gpipe"
 
-    def rank(busy, params):
+    def rank(busy, params, calls=8):
         return {"chunk_params": {"0": params},
                 "runs": [{"m": 4, "busy_s": busy, "sched_s": [1.0, 1.0], "step_s": [1.0, 2.0], "loss": [1.0, 1.0],
-                          "p2p_s": [0.1, 0.2]}]}
+                          "p2p_s": [0.1, 0.2], "chunk_calls": [calls, calls]}]}
 
-    run, = pipeline.reduce([[rank([0.5, 0.5], 100)], [rank([0.7, 0.3], 300)]], [Spec])
-    assert run.spec is Spec and run.stage_params == [100, 300] and run.param_imbalance == 3.0
-    assert run.series[4].bubble == pytest.approx([0.4, 0.6])
-    assert run.series[4].tokens_per_s == pytest.approx([40.0, 20.0])  # slowest rank's step: 1 s, 2 s
-    assert run.by_rank(4, "p2p_s") == [[0.1, 0.2], [0.1, 0.2]]
+    out = {r.name: r for r in pipeline.AREA.reduce(_bubble_case(), pipeline.LaunchRaw(
+        Spec, [rank([0.5, 0.5], 100), rank([0.7, 0.3], 300)]))}
+    assert out["bubble"].samples == pytest.approx([0.4, 0.6])
+    assert out["tokens_per_s"].samples == pytest.approx([40.0, 20.0])  # slowest rank's step: 1 s, 2 s
+    assert out["stage_param_imbalance"].samples == [3.0] and out["stage_params"].data == [100, 300]
+    with pytest.raises(CheckFailed, match=r"rank 1: busy-time brackets saw \[7, 7\] chunk calls per step, expected 8"):
+        pipeline.AREA.reduce(_bubble_case(), pipeline.LaunchRaw(Spec, [rank([0.5, 0.5], 100), rank([0.7, 0.3], 300, 7)]))
 
 
 def test_gpu_serving_models_generate_tokenizer_entries_but_for_padding(tmp_path):
