@@ -8,7 +8,10 @@ An area (``perfgate.workloads.<area>``) owns, for one kind of measurement:
   reason, and ``kind``: which test of the area the case belongs to (``"all_reduce"``, ``"strong"``);
 * ``measure(using, case) -> Raw``: runs the workers (through the session's run cache, which
   launches every case of a sweep at once) or the in-process reads, and returns the case's raw
-  results as the workers gave them: per rank (:data:`PerRank`), per round, per request;
+  results as the workers gave them: per rank (:data:`PerRank`), per round, per request. Serving
+  has none: its tests drive multi-phase loads against live servers themselves (alternating
+  levels, side-by-side servers, re-runs of starved repetitions) and hand the kept results to
+  ``reduce``;
 * ``reduce(case, raw) -> list[Record]``: the one place raw results become numbers: the
   slowest rank per step, wrong elements summed, paired ratios of two strategies, speedups
   against a reference. It checks the case's hard invariants (raising :class:`CheckFailed`)
@@ -122,7 +125,7 @@ class Area(Generic[ProfileT, UsingT, RawT]):
     name: str
     profiles: Mapping[str, ProfileT]
     cases: Callable[[ProfileT], list[Case]]
-    measure: Callable[[UsingT, Case], RawT]
+    measure: Callable[[UsingT, Case], RawT] | None  # None: the area's tests drive the loads (serving)
     reduce: Callable[[Case, RawT], list[Record]]
 
     def all_cases(self, kind: str | None = None) -> list[Case]:
@@ -132,4 +135,6 @@ class Area(Generic[ProfileT, UsingT, RawT]):
 
     def run(self, using: UsingT, case: Case) -> list[Record]:
         """``reduce(case, measure(using, case))``: the whole walk from workers to records."""
+        if self.measure is None:
+            raise TypeError(f"area {self.name!r} has no measure: its tests measure, then call its reduce")
         return self.reduce(case, self.measure(using, case))
