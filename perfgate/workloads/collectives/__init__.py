@@ -26,11 +26,19 @@ class Profile:
     worlds: tuple[int, ...]
     sizes: tuple[int, ...]
     pairs: bool = False  # also one 2-GPU pair per link class, where the machine has several
+    ops: tuple[str, ...] = OPS
+    nnodes: int = 1      # > 1: each world is spread over this many nodes (perfgate.launch.multinode)
+    launcher: str | None = None  # multi-node: "local" (torchrun agents on this machine) or srun
 
 
 CPU = Profile("cpu", "gloo", worlds=(2, 4), sizes=tuple(KiB * 4**i for i in range(7)))  # 1 KiB .. 4 MiB
 GPU = Profile("gpu", "nccl", worlds=(2, 4, 8), sizes=tuple(KiB * 4**i for i in range(10)) + (GiB,), pairs=True)
-PROFILES = {"cpu": CPU, "gpu": GPU}
+# The multi-node path on one machine: two torchrun agents ("nodes", one gloo rank each) that meet
+# by c10d rendezvous on loopback; what a cluster run does, minus the network. One small size:
+# this checks the path end to end in CI (docs/multinode.md), it is not a bandwidth figure.
+LOOPBACK_2NODE = Profile("cpu-2node-loopback", "gloo", worlds=(2,), sizes=(KiB,), ops=("all_reduce",), nnodes=2,
+                         launcher="local")
+PROFILES = {"cpu": CPU, "gpu": GPU, "cpu-2node-loopback": LOOPBACK_2NODE}
 
 
 def size_label(n: int) -> str:
@@ -50,40 +58,54 @@ class CollectiveCase:
     pair: tuple[int, ...] | None   # the two GPUs of one link class, or None: the first ``world`` devices
     size: int
     sizes: tuple[int, ...]         # the sweep one launch measures (every size of the profile)
+    nnodes: int = 1
+    launcher: str | None = None
 
 
 def cases(profile: Profile) -> list[Case]:
     """One case per (op, world or GPU pair, size); ``kind`` is the op, so each op's test gets the
-    same ids (``gloo-2rank-1KiB``), marks and launch groups."""
+    same ids (``gloo-2rank-1KiB``), marks and launch groups. Multi-node profiles' kinds are
+    ``<op>_multinode`` and their ids name the nodes (``gloo-2node-1KiB``)."""
     sizes = tuple(profile.sizes)
+    cpu = profile.backend == "gloo"
     configs = []  # (id prefix, world, pair, marks)
     for world in profile.worlds:
-        key = f"{profile.backend}-{world}rank" if profile.name == "cpu" else f"nccl-{world}gpu"
-        configs.append((key, world, None, ("cpu",) if profile.name == "cpu" else (f"{world}gpu",)))
+        if profile.nnodes > 1:
+            key = f"{profile.backend}-{profile.nnodes}node" + ("" if world == profile.nnodes else f"-{world}rank")
+        else:
+            key = f"{profile.backend}-{world}rank" if cpu else f"nccl-{world}gpu"
+        configs.append((key, world, None, ("cpu",) if cpu else (f"{world // profile.nnodes}gpu",)))
     if profile.pairs:
         for link, pair in sorted(hardware.pair_placements().items()):
             configs.append((f"nccl-2gpu-{link}", 2, tuple(pair), ("2gpu", "nvlink" if link.startswith("NV") else "pcie")))
-    return [Case(f"{key}-{size_label(size)}", CollectiveCase(op, profile.backend, world, pair, size, sizes), marks,
-                 key, kind=op)
-            for op in OPS for key, world, pair, marks in configs for size in sizes]
+    suffix = "_multinode" if profile.nnodes > 1 else ""
+    return [Case(f"{key}-{size_label(size)}", CollectiveCase(op, profile.backend, world, pair, size, sizes,
+                                                             profile.nnodes, profile.launcher), marks,
+                 key, kind=op + suffix)
+            for op in profile.ops for key, world, pair, marks in configs for size in sizes]
 
 
 def measure(runs, case: Case) -> PerRank[dict]:
     """Every rank's result at ``case``'s size, from the session's sweep of its op over all sizes (one
     launch measures every size not cached yet: starting ranks costs more than timing a size)."""
     from perfgate.launch.jobs import launch
+    from perfgate.launch.multinode import launch_multinode
 
     c: CollectiveCase = case.values
 
     def key(size):
-        return ("collectives", c.op, c.backend, c.world, c.pair or (), size)
+        return ("collectives", c.op, c.backend, c.nnodes, c.world, c.pair or (), size)
 
     def produce(missing) -> dict:
         sizes = sorted(k[-1] for k in missing)
+        spec = CollectiveSpec(op=c.op, sizes=tuple(sizes))
         env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, c.pair))} if c.pair else {}
         timeout = 120 + 30 * len(sizes) * (2 if c.backend == "gloo" else 1)
-        per_rank = launch(TARGET, CollectiveSpec(op=c.op, sizes=tuple(sizes)), world_size=c.world,
-                          backend=c.backend, timeout_s=timeout, env=env)
+        if c.nnodes > 1:  # the same worker, started by one torchrun agent per node
+            per_rank = launch_multinode(TARGET, spec, nnodes=c.nnodes, nproc_per_node=c.world // c.nnodes,
+                                        backend=c.backend, launcher=c.launcher, timeout_s=timeout, env=env)
+        else:
+            per_rank = launch(TARGET, spec, world_size=c.world, backend=c.backend, timeout_s=timeout, env=env)
         return {key(size): [rank[i] for rank in per_rank] for i, size in enumerate(sizes)}
     return runs.get_many([key(c.size)], produce, batch=[key(s) for s in c.sizes])[0]
 
