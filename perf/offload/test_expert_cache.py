@@ -21,7 +21,6 @@ from fixtures.route_traces import STANDARD, synthetic_trace
 from perfgate.workloads.offload import AREA, SSD
 from perfgate.workloads.offload.cache_sim import analyze
 
-
 SEEDS = SSD.cache_seeds
 CAPACITIES = list(SSD.cache_capacities)
 SHAPE = dict(SSD.cache_shape)
