@@ -116,3 +116,25 @@ def test_gpu_serving_models_generate_tokenizer_entries_but_for_padding(tmp_path)
         entries = len(built.word_ids) + len(SPECIAL_TOKENS)
         assert 0 <= built.vocab_size - entries < 64, (kind, built.vocab_size, entries)
         assert built.load_format_args == ("--load-format", "dummy")
+
+
+def _ddp_rank(label, rank, world, step_s, losses, calls=(3, 3)):
+    from perfgate.workloads.training.engine import CaseResult
+
+    return CaseResult(label=label, rank=rank, world_size=world, step_s=list(step_s), losses=list(losses),
+                      allreduce_calls=list(calls), comm_blocked_s=[0.0] * len(step_s), rss_bytes=[1 << 20] * len(step_s),
+                      info={"tokens_per_step": 100})
+
+
+def test_training_reduce_pairs_world_n_with_world_1_and_checks_the_trajectory():
+    case = next(c for c in training.AREA.all_cases("strong") if c.id == "gloo-2rank-gpt-tiny")
+    raw = {"strong": [_ddp_rank("strong", r, 2, [0.5, 1.0 + r], [2.0, 1.5]) for r in range(2)],
+           "world1-strong": [_ddp_rank("world1-strong", 0, 1, [1.0, 1.0], [2.0, 1.5])]}
+    out = {r.name: r for r in training.AREA.reduce(case, raw)}
+    assert out["step_ms"].samples == [500.0, 2000.0]             # the slowest rank per step
+    assert out["speedup_x"].samples == pytest.approx([2.0, 0.5])  # tokens/s paired step by step
+    assert out["scaling_efficiency"].samples == pytest.approx([1.0, 0.25])
+    assert out["world1_tokens_per_s"].samples == [100.0, 100.0] and out["world2"].data["label"] == "strong"
+    raw["strong"] = [_ddp_rank("strong", r, 2, [0.5, 1.0], [2.0, 1.6]) for r in range(2)]
+    with pytest.raises(CheckFailed, match="world 2 losses drift from world 1 by 1.00e-01"):
+        training.AREA.reduce(case, raw)
