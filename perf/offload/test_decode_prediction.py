@@ -8,18 +8,17 @@ end-to-end result was 3.73 -> 5.52 tok/s (1.48x) from parallel segment reads on 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
+from fixtures.cases import profile_marks
 from perfgate.judge.metrics import paired_ratio
-from perfgate.workloads.offload import SSD
+from perfgate.workloads.offload import AREA, SSD
 from perfgate.workloads.offload.decode_model import DecodeModel
 from perfgate.workloads.offload.expert_reads import ReadSpec
-
-pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
 P = SSD
 
 
+@profile_marks(AREA, "ssd")
 def test_predicted_decode(perf, expert_file, expert_layout, expert_reader):
     user = expert_file["source"] == "user"
     n_layers = len(expert_layout.layers) if user else P.seed_layers

@@ -12,22 +12,20 @@ import os
 import time
 
 import numpy as np
-import pytest
 
+from fixtures.cases import parametrize, profile_marks
 from perfgate.judge.metrics import paired_ratio
-from perfgate.workloads.offload import SSD as P
+from perfgate.workloads.offload import AREA, SSD as P
 from perfgate.workloads.offload.device_probe import rounds_as_json, summarize_rounds
 from perfgate.workloads.offload.page_cache import drop_cache, open_for_reads, resident_fraction
 from perfgate.workloads.offload.read_pool import Arena, pread_exact
-
-pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
-
 
 
 def _per_round(rounds, key):
     return [summarize_rounds([r])[key] for r in rounds]
 
 
+@profile_marks(AREA, "ssd")
 def test_page_cache_drop_reaches_device(perf, expert_file, expert_layout, cache_drop):
     """A read after DONTNEED goes to the device: mincore says the pages are gone (and, as a control,
     present after the read), and the read is clearly slower than the same read from the cache.
@@ -67,12 +65,12 @@ def test_page_cache_drop_reaches_device(perf, expert_file, expert_layout, cache_
                          "drop_s": cache_drop["drop_s"], "segment_bytes": longest})
 
 
-@pytest.mark.parametrize("threads", P.probe_threads, ids=[f"segment-{t}threads" for t in P.probe_threads])
-def test_device_probe(perf, device_probe, expert_layout, threads):
+@parametrize(AREA, "device_probe")
+def test_device_probe(perf, device_probe, expert_layout, case):
     """One cell of the seed's table. Gated on CPU: the reads in flight the threads reached (above one
     thread). The 1-thread cell gates nothing on CPU: its figures are absolute timings of a shared
     VM's disk (gated on GPU hardware ids) and its concurrency is 1.0 by construction."""
-    block = expert_layout.segment_bytes[0]
+    threads, block = case.values, expert_layout.segment_bytes[0]
     rounds = [device_probe.round(threads, block, P.probe_reads_per_round) for _ in range(P.probe_rounds)]
     if threads > 1:
         perf.record("reads_in_flight", [r.in_flight for r in rounds], unit="x", better="higher")
@@ -85,6 +83,7 @@ def test_device_probe(perf, device_probe, expert_layout, threads):
     perf.attach("rounds", rounds_as_json(rounds))
 
 
+@profile_marks(AREA, "ssd")
 def test_device_probe_scaling(perf, device_probe, expert_layout):
     """Aggregate bandwidth at 16 threads over 1 thread, rounds interleaved so drift hits both."""
     block = expert_layout.segment_bytes[0]
@@ -101,10 +100,11 @@ def test_device_probe_scaling(perf, device_probe, expert_layout):
     perf.record("aggregate_mbps_16t", [r.aggregate_mbps for r in many], unit="MB/s", better="higher")
 
 
-@pytest.mark.parametrize("threads", [1, 16], ids=["4KiB-1thread", "4KiB-16threads"])
-def test_small_read_probe(perf, device_probe, threads):
+@parametrize(AREA, "small_read_probe")
+def test_small_read_probe(perf, device_probe, case):
     """4 KiB random reads: the device's latency floor (seed: 0.57 ms, 1,457 IOPS at 1 thread).
     The 1-thread case gates nothing on CPU (absolute timings; concurrency 1.0 by construction)."""
+    threads = case.values
     rounds = [device_probe.round(threads, 4096, 256) for _ in range(P.probe_rounds)]
     if threads > 1:
         perf.record("reads_in_flight", [r.in_flight for r in rounds], unit="x", better="higher")

@@ -16,11 +16,10 @@ from dataclasses import replace
 
 import pytest
 
+from fixtures.cases import profile_marks
 from fixtures.route_traces import STANDARD, synthetic_trace
-from perfgate.workloads.offload import SSD
+from perfgate.workloads.offload import AREA, SSD
 from perfgate.workloads.offload.cache_sim import analyze
-
-pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
 SEEDS = SSD.cache_seeds
 CAPACITIES = list(SSD.cache_capacities)
@@ -28,6 +27,7 @@ SHAPE = dict(SSD.cache_shape)
 POLICIES = SSD.cache_policies
 
 
+@profile_marks(AREA, "ssd")  # the trace families are data of fixtures/, not machine cases: no marks of their own
 @pytest.mark.parametrize("family", STANDARD, ids=[replace(s, **SHAPE).label for s in STANDARD])
 def test_expert_cache(perf, family):
     per_seed = []

@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fixtures.cases import parametrize
 from perfgate.judge.metrics import paired_ratio
-from perfgate.workloads.offload import SSD
+from perfgate.workloads.offload import AREA, SSD
 from perfgate.workloads.offload.fio import fio_path, fio_version, run_fio
 from perfgate.workloads.offload.device_probe import stream
 from perfgate.workloads.offload.page_cache import direct_io_supported
 
-pytestmark = [pytest.mark.cpu, pytest.mark.ssd, pytest.mark.xdist_group("offload-ssd")]
 
 PAIRS = SSD.fio_pairs
 RUN_S = SSD.fio_run_s
@@ -24,8 +24,9 @@ TARGET = 0.10
 SANITY = 0.25
 
 
-@pytest.mark.parametrize("threads", [1, 8], ids=["qd1", "qd8"])
-def test_fio_crosscheck(perf, expert_file, expert_layout, cache_drop, threads):
+@parametrize(AREA, "fio_crosscheck")
+def test_fio_crosscheck(perf, expert_file, expert_layout, cache_drop, case):
+    threads = case.values
     if fio_path() is None:
         pytest.skip("fio is not installed (apt-get install fio): no reference to compare our reads with")
     ok, why = direct_io_supported(expert_file["path"])

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.cases import record
 from fixtures.serving import (ServingTarget, server_pool, serving_models,  # noqa: F401  (fixtures)
                               serving_profile, vllm_dense, prefix_cache_servers, vllm_moe)
+from perfgate.workloads import serving
 
 # Server configurations in the order tests should use them; a server is started at its first
 # use and stopped when a later configuration needs the room, so grouping tests by configuration
@@ -33,8 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not here:
         return
     def key(it: pytest.Item):
-        profile = getattr(getattr(it, "callspec", None), "params", {}).get("serving_profile", "")
-        return (profile, _ORDER.index(_server_group(it)))
+        profile = getattr(getattr(it, "callspec", None), "params", {}).get("serving_profile")  # a Case
+        return (getattr(profile, "id", ""), _ORDER.index(_server_group(it)))
     ordered = sorted((items[i] for i in here), key=key)
     for slot, item in zip(here, ordered):
         items[slot] = item
@@ -52,17 +54,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 @pytest.fixture
-def record_latency():
-    """Record per-request TTFT/TPOT/E2EL (pooled over repetitions) under a name prefix."""
-    def record(perf, summaries, prefix: str = "") -> None:
-        ttft = [v for s in summaries for v in s.ttft_ms_values]
-        tpot = [v for s in summaries for v in s.tpot_ms_values]
-        e2el = [v for s in summaries for v in s.e2el_ms_values]
-        perf.record(f"{prefix}ttft_ms", ttft, unit="ms", better="lower")
-        if tpot:
-            perf.record(f"{prefix}tpot_ms", tpot, unit="ms", better="lower")
-        perf.record(f"{prefix}e2el_ms", e2el, unit="ms", better="lower")
-        itl_p99 = [s.itl_ms.percentiles["p99"] for s in summaries if s.itl_ms.n]
-        if itl_p99:
-            perf.record(f"{prefix}itl_p99_ms", itl_p99, unit="ms", better="lower")
-    return record
+def record_latency(request, serving_profile):
+    """Record per-request TTFT/TPOT/E2EL (pooled over repetitions) under a name prefix: the serving
+    area's reduce over the repetitions' summaries, for this test's profile case."""
+    case = request.node.callspec.params["serving_profile"]
+
+    def record_runs(perf, summaries, prefix: str = "") -> None:
+        record(perf, serving.AREA.reduce(case, serving.LatencyRuns(summaries, prefix)))
+    return record_runs

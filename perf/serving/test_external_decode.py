@@ -12,22 +12,19 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.cases import parametrize_cases
+from perfgate.workloads.serving import decode_command_cases
 from perfgate.workloads.serving.decode_command import load_decode_commands, run_decode_command
 
 CONFIG = Path(os.environ.get("PERFGATE_DECODE_COMMANDS") or Path(__file__).with_name("decode_commands.toml"))
 COMMANDS = load_decode_commands(CONFIG)
 
 
-def _params():
-    for cmd in COMMANDS:
-        marks = [getattr(pytest.mark, m) for m in cmd.markers]
-        yield pytest.param(cmd, id=cmd.name, marks=marks)
-
-
-@pytest.mark.parametrize("command", list(_params()))
-def test_external_decode(perf, command, serving_models, tmp_path):
+@parametrize_cases(decode_command_cases(COMMANDS))
+def test_external_decode(perf, case, serving_models, tmp_path):
     """Gates nothing on the CPU machine: decode tok/s is absolute (gated on GPU hardware ids); the
     command's output must parse and every repetition must produce tokens (asserted)."""
+    command = case.values
     missing = command.missing()
     if missing:
         pytest.skip(f"decode command {command.name!r} ({CONFIG.name}): {', '.join(missing)}")

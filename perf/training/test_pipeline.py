@@ -25,83 +25,33 @@ wider, and the speedup, the stage-time imbalance and the trend ratios of runs wh
 theoretical drop is within the CPU noise are recorded but not gated.
 
 Correctness: the pipeline's losses and every stage's gradients equal a single-process run.
+The checks and the records of each test: perfgate/workloads/pipeline/records.py.
 """
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from fixtures.cases import params
-from perfgate.workloads import pipeline
-from perfgate.workloads.pipeline import series
+from fixtures.cases import parametrize, record
+from perfgate.workloads.pipeline import AREA
 from perfgate.workloads.pipeline.bubble import theoretical_bubble
 from perfgate.workloads.pipeline.layout import ParallelLayout
 from perfgate.workloads.pipeline.stages import CPU_CONFIG
-from perfgate.workloads.pipeline.torch_pp import TOLERANCES, TorchPipelineSpec
-
-TORCH = (pipeline.TORCH_CPU, pipeline.TORCH_GPU)
-PROFILE = {p.backend: p for p in TORCH}
-M_CASES = params([c for p in TORCH for c in pipeline.cases(p, "m")])
-RUN_CASES = params([c for p in TORCH for c in pipeline.cases(p, "run")])
-TREND_CASES = params([c for p in TORCH for c in pipeline.cases(p, "trend")])
+from perfgate.workloads.pipeline.torch_pp import TorchPipelineSpec
 
 
-@pytest.mark.parametrize("backend, schedule, pp, m", M_CASES)
-def test_pipeline_bubble(perf, runs, backend, schedule, pp, m):
-    run = pipeline.measure(runs, PROFILE[backend], schedule, pp)
-    s = run.series[m]
-    expected_calls = 2 * m * run.spec.virtual_stages  # one forward and one backward per microbatch per chunk
-    for rank, calls in enumerate(s.chunk_calls_by_rank):
-        assert all(c == expected_calls for c in calls), (
-            f"rank {rank}: busy-time brackets saw {calls} chunk calls per step, expected {expected_calls}; "
-            "the schedule no longer drives the stage through the wrapped methods")
-    assert s.loss and all(math.isfinite(v) for v in s.loss), f"non-finite loss at M={m}: {s.loss}"
-    perf.record("bubble", s.bubble, unit="fraction", better="lower")
-    perf.record("bubble_vs_theory", s.bubble_vs_theory, unit="x", better="lower")
-    perf.record("tokens_per_s", s.tokens_per_s, unit="tok/s", better="higher")
-    perf.record("speedup_vs_pp1", s.speedup_vs_pp1, unit="x", better="higher")
-    perf.record("stage_time_imbalance", s.busy_imbalance, unit="x", better="lower")
-    # Deterministic (a count, not a timing): one sample, shown beside the timing imbalance.
-    perf.record("stage_param_imbalance", [run.param_imbalance], unit="x", better="lower")
-    perf.attach("series", s.to_json())
-    perf.attach("stage_params", run.stage_params)
-    perf.attach("theory", {"formula": "(PP-1)/(v*M+PP-1)", "pp": pp, "m": m, "v": run.spec.virtual_stages,
-                           "bubble": s.theory})
+@parametrize(AREA, "bubble")
+def test_pipeline_bubble(perf, runs, case):
+    record(perf, AREA.run(runs, case))
 
 
-@pytest.mark.parametrize("backend, schedule, pp", TREND_CASES)
-def test_pipeline_bubble_trend(perf, runs, backend, schedule, pp):
-    tr = series.trend(pipeline.measure(runs, PROFILE[backend], schedule, pp).series)
-    perf.attach("trend", tr.to_json())
-    min_fraction = pipeline.min_drop_fraction(PROFILE[backend], tr)
-    assert tr.falls(min_fraction_of_theory=min_fraction, rise_slack=pipeline.RISE_SLACK), (
-        f"measured bubble did not fall as M grew the way theory says: best iterations {tr.minima}, "
-        f"medians {tr.medians}, theory {tr.theory}; need a drop from M={tr.m_lo} to M={tr.m_hi} of at least "
-        f"{min_fraction:.0%} of the theoretical {tr.theory_lo - tr.theory_hi:.3f} and no rise above "
-        f"{pipeline.RISE_SLACK} between neighbouring M")
-    perf.record("bubble_drop_vs_theory", tr.drop_vs_theory, unit="x", better="higher")
-    perf.record(f"bubble_m{tr.m_lo}_over_m{tr.m_hi}", tr.lo_over_hi, unit="x", better="higher")
+@parametrize(AREA, "trend")
+def test_pipeline_bubble_trend(perf, runs, case):
+    record(perf, AREA.run(runs, case))
 
 
-@pytest.mark.parametrize("backend, schedule, pp", RUN_CASES)
-def test_pipeline_matches_single_process(runs, backend, schedule, pp):
-    run = pipeline.measure(runs, PROFILE[backend], schedule, pp)
-    spec, per_rank = run.spec, run.per_rank
-    tol = TOLERANCES[spec.dtype]
-    last = max(per_rank, key=lambda r: max(r["chunks"]))
-    for check in last["checks"]:
-        assert check["loss_max_abs_diff"] is not None
-        assert check["loss_max_abs_diff"] <= tol["loss_abs"], (
-            f"M={check['m']}: pipeline loss differs from single process by {check['loss_max_abs_diff']:.3g} "
-            f"(> {tol['loss_abs']}); losses {check['losses']}")
-    for res in per_rank:
-        assert len(res["checks"]) == len(spec.microbatches)
-        for check in res["checks"]:
-            assert check["params_compared"] > 0
-            assert check["grad_max_rel_diff"] <= tol["grad_rel"], (
-                f"rank {res['rank']} M={check['m']}: gradients differ from single process by "
-                f"{check['grad_max_rel_diff']:.3g} relative (> {tol['grad_rel']})")
+@parametrize(AREA, "matches")
+def test_pipeline_matches_single_process(runs, case):
+    assert AREA.run(runs, case) == []  # checks only: the reduce raises on any disagreement
 
 
 # -- layouts and theory: no process is started -------------------------------------------------

@@ -19,8 +19,6 @@ import importlib.metadata
 import os
 import platform
 import re
-import shutil
-import subprocess
 from typing import Any
 
 from perfgate.machine import cpu_info, gpu_info
@@ -279,20 +277,6 @@ def has_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
-
-
-def has_command(name: str) -> bool:
-    return shutil.which(name) is not None
-
-
-def nvidia_smi_topology() -> str | None:
-    """`nvidia-smi topo -m` text, kept beside NVML's matrix for humans reading the fingerprint."""
-    if not has_command("nvidia-smi"):
-        return None
-    try:
-        return subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def pair_placements(links: list[list[str]] | None = None) -> dict[str, tuple[int, int]]:

@@ -1,47 +1,140 @@
-"""What every workload package exposes to the perf tests: one :class:`Area`.
+"""What every workload package exposes to the perf tests: one typed :class:`Area`.
 
 An area (``perfgate.workloads.<area>``) owns, for one kind of measurement:
 
 * ``profiles``: the sizes and settings per machine class (``"cpu"``, ``"gpu"``), as data;
-* ``cases(profile)``: the list of :class:`Case` the tests are parametrized with (id, values,
-  the markers that select the hardware, the group of cases that share one launch);
-* ``reduce(per_rank, ...)``: the one place where the raw per-rank samples that workers return
-  are combined into the numbers a test records (slowest rank per step, sums of wrong
-  elements, largest memory peak...).
+* ``cases(profile) -> list[Case]``: what the tests are parametrized with: the id, the typed
+  values, the markers that select the hardware, the group of cases one launch measures, a skip
+  reason, and ``kind``: which test of the area the case belongs to (``"all_reduce"``, ``"strong"``);
+* ``measure(using, case) -> Raw``: runs the workers (through the session's run cache, which
+  launches every case of a sweep at once) or the in-process reads, and returns the case's raw
+  results as the workers gave them: per rank (:data:`PerRank`), per round, per request. Serving
+  has none: its tests drive multi-phase loads against live servers themselves (alternating
+  levels, side-by-side servers, re-runs of starved repetitions) and hand the kept results to
+  ``reduce``;
+* ``reduce(case, raw) -> list[Record]``: the one place raw results become numbers: the
+  slowest rank per step, wrong elements summed, paired ratios of two strategies, speedups
+  against a reference. It checks the case's hard invariants (raising :class:`CheckFailed`)
+  and returns what the test hands to ``perf``: :class:`Measured` metrics and
+  :class:`Attached` raw data.
 
-A perf test then reads as one record's walk: ``runs.get`` (the plugin's cache) -> the
-area's measure function (launch workers, ``reduce``) -> ``perf.record``. Nothing here imports
-pytest; fixtures/cases.py turns a Case into a ``pytest.param``.
+A perf test then reads as one record's walk and nothing more::
+
+    @parametrize(collectives.AREA, "all_reduce")          # fixtures/cases.py: ids, marks, groups
+    def test_all_reduce(perf, runs, case):
+        record(perf, collectives.AREA.run(runs, case))    # measure -> reduce -> perf.record/attach
+
+Nothing here imports pytest: fixtures/cases.py turns a Case into a ``pytest.param`` and a
+list of records into ``perf.record`` / ``perf.attach`` calls.
+
+Why ``Measured`` and not ``perfgate.judge.metrics.Metric``: a Metric carries the summary the
+recorder computes (and checks) from the samples; a reduce must not compute it a second way.
+``Measured`` is exactly the arguments of ``perf.record``; keywords the recorder grows later
+(``depends=``, ``device_busy=``) travel in ``Measured.options`` without this module naming them.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, Union
 
 # Timed samples (steps, iterations) every worker measures at least: fewer make a rank test
 # between baseline and current samples powerless, so specs refuse them before any rank starts.
 MIN_MEASURED_STEPS = 5
 
+Sample = TypeVar("Sample")
+PerRank = list[Sample]  # one entry per rank, in rank order: what launch() returns for a job
+
+ProfileT = TypeVar("ProfileT")   # an area's profile type (sizes per machine class)
+UsingT = TypeVar("UsingT")       # what measure needs: the run cache, an open reader, a server
+RawT = TypeVar("RawT")           # what measure returns and reduce takes
+
+
+class CheckFailed(AssertionError):
+    """A measured result broke a hard invariant of its case (wrong elements, a non-finite loss,
+    a schedule that skipped work): nothing of it may be recorded. An AssertionError, so pytest
+    reports it as the test's failure, with this message."""
+
+
+def check(ok: bool, message: str) -> None:
+    """Raise :class:`CheckFailed` with ``message`` unless ``ok`` (never stripped by ``python -O``)."""
+    if not ok:
+        raise CheckFailed(message)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One metric as a test records it: the arguments of ``perf.record``, nothing computed.
+
+    ``options`` are further ``perf.record`` keywords (``depends=``, ``device_busy=``...),
+    forwarded as given: the recorder, not this class, knows which exist."""
+
+    name: str
+    samples: Sequence[float]
+    unit: str
+    better: str                         # "higher" | "lower"
+    tol: float | None = None            # None: the unit family's default and the tolerance files
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.better not in ("higher", "lower"):
+            raise ValueError(f"metric {self.name!r}: better must be 'higher' or 'lower', got {self.better!r}")
+        object.__setattr__(self, "samples", list(self.samples))
+
+    def record_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``perf.record(**...)``."""
+        out: dict[str, Any] = {"name": self.name, "samples": self.samples, "unit": self.unit, "better": self.better}
+        if self.tol is not None:
+            out["tol"] = self.tol
+        out.update(self.options)
+        return out
+
+
+@dataclass(frozen=True)
+class Attached:
+    """Raw data kept beside the metrics (``perf.attach``): per-step samples, spec, diagnostics."""
+
+    name: str
+    data: Any
+
+
+Record = Union[Measured, Attached]
+
+
+def finite(values: Sequence[float]) -> bool:
+    return all(math.isfinite(v) for v in values)
+
 
 @dataclass(frozen=True)
 class Case:
-    """One parametrization of a perf test, without pytest: ``values`` are the test's arguments."""
+    """One parametrization of a perf test, without pytest. The test receives the Case itself."""
 
-    id: str
-    values: tuple
-    marks: tuple[str, ...]          # marker names that select the hardware: "cpu", "2gpu", "nvlink"
-    group: str | None = None        # cases measured by one launch (an xdist_group: same worker)
-    skip: str | None = None         # a reason to skip this case on every machine
+    id: str                          # the test id's bracket part: must never change for a measurement
+    values: Any                      # the area's typed description of what to run (a frozen dataclass)
+    marks: tuple[str, ...]           # marker names that select the hardware: "cpu", "2gpu", "nvlink"
+    group: str | None = None         # cases measured by one launch (an xdist_group: same worker)
+    skip: str | None = None          # a reason to skip this case on every machine
+    kind: str | None = None          # which test of the area this case parametrizes (None: all of them)
 
 
 @dataclass(frozen=True)
-class Area:
-    name: str
-    profiles: Mapping[str, Any]
-    cases: Callable[..., list[Case]]
-    reduce: Callable[..., Any]
-    doc: str = field(default="", compare=False)
+class Area(Generic[ProfileT, UsingT, RawT]):
+    """The contract of one measurement family; see the module docstring."""
 
-    def all_cases(self) -> list[Case]:
-        """Cases of every profile, in profile order (CPU first): what a test module parametrizes."""
-        return [c for profile in self.profiles.values() for c in self.cases(profile)]
+    name: str
+    profiles: Mapping[str, ProfileT]
+    cases: Callable[[ProfileT], list[Case]]
+    measure: Callable[[UsingT, Case], RawT] | None  # None: the area's tests drive the loads (serving)
+    reduce: Callable[[Case, RawT], list[Record]]
+
+    def all_cases(self, kind: str | None = None) -> list[Case]:
+        """Cases of every profile, in profile order (CPU first), of one ``kind`` (None: those
+        without a kind, which parametrize every test of the area)."""
+        return [c for profile in self.profiles.values() for c in self.cases(profile) if c.kind == kind]
+
+    def run(self, using: UsingT, case: Case) -> list[Record]:
+        """``reduce(case, measure(using, case))``: the whole walk from workers to records."""
+        if self.measure is None:
+            raise TypeError(f"area {self.name!r} has no measure: its tests measure, then call its reduce")
+        return self.reduce(case, self.measure(using, case))

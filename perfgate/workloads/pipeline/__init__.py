@@ -9,29 +9,20 @@ chunks), ``chunk_timer`` (busy-time brackets around a stage's chunk computations
 set-up shared by the two Megatron workers), ``megatron_norm`` (a LayerNorm that lets the
 local spec run sequence parallelism without Apex), ``megatron_pp`` (1F1B and interleaved
 schedules) and ``megatron_tp`` (TP/DP, sequence parallelism, full recompute). Megatron runs
-on CUDA only.
+on CUDA only. This file is the area (profiles, cases, ``measure``: the raw per-rank results of
+one launch from the run cache); ``records`` is its ``reduce``: raw results -> what tests record.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from perfgate.workloads.area import Area, Case
-from perfgate.judge.metrics import paired_ratio
+from perfgate.runcache import RunCache
+from perfgate.workloads.area import Area, Case, PerRank
+from perfgate.workloads.pipeline import records
 from perfgate.workloads.pipeline.layout import ParallelLayout
 
 MS = (1, 4, 16)
-# Trend invariant, on each M's least-disturbed iteration (series.Trend.falls): the bubble must
-# fall from the smallest to the largest M by at least this share of the theoretical drop (a
-# serialised schedule, or brackets that see no work, measure ~0 drop), and may not rise by more
-# than RISE_SLACK between neighbouring M (noise of a loaded 2-core machine; theory only falls).
-MIN_DROP_FRACTION = 0.20
-RISE_SLACK = 0.05
-# On CPU the trend is held to MIN_DROP_FRACTION only where theory's drop is large enough for the
-# bubble's absolute noise there (+-0.05..0.1) to stay a fraction of it: GPipe and interleaved
-# (M 1 -> 16), not 1F1B (M 4 -> 16: a drop of 0.14 at PP=2). Below it only the direction is
-# asserted: the bubble must not grow with M (seen there: a 0.025 drop).
-CPU_MIN_THEORY_DROP = 0.3
 TARGETS = {"torch": "perfgate.workloads.pipeline.torch_pp:run_many",
            "megatron": "perfgate.workloads.pipeline.megatron_pp:run_many"}
 TP_TARGET = "perfgate.workloads.pipeline.megatron_tp:run"
@@ -118,72 +109,76 @@ MEGATRON_GPU = Profile("megatron-gpu", "megatron", "nccl", (2, 4, 8), (("1f1b", 
 PROFILES = {p.name: p for p in (TORCH_CPU, TORCH_GPU, MEGATRON_GPU)}
 
 
-def cases(profile: Profile, level: str = "m") -> list[Case]:
-    """Test arguments per M (``level="m"``: backend?, schedule, pp, m), per run (``"run"``) or per
-    run with at least two M (``"trend"``). Torch cases start with the backend; Megatron's do not."""
+@dataclass(frozen=True)
+class PipelineCase:
+    """One (schedule, PP) run of a profile; ``m`` set: one M of it (the per-M bubble tests)."""
+
+    profile: Profile
+    schedule: str
+    pp: int
+    m: int | None = None
+
+
+@dataclass(frozen=True)
+class TPLaunch:
+    """Megatron TP/DP with SP on and off (``recompute=False``), or full recompute on and off at
+    LONG_SEQ with TP=2 (``recompute=True``), on ``gpus`` GPUs: every case of it in one launch."""
+
+    gpus: int
+    recompute: bool
+
+    def spec(self):
+        from perfgate.workloads.pipeline.megatron_common import TP_MODEL
+        from perfgate.workloads.pipeline.megatron_tp import MegatronTPSpec
+
+        if self.recompute:
+            return MegatronTPSpec(world_size=self.gpus, cases=recompute_cases(self.gpus),
+                                  model=TP_MODEL.with_seq_len(LONG_SEQ))
+        return MegatronTPSpec(world_size=self.gpus, cases=tp_cases(self.gpus), model=TP_MODEL)
+
+
+LONG_SEQ = 4096  # the seed's recompute sequence length (seed §7.5)
+
+
+def cases(profile: Profile) -> list[Case]:
+    """Per (schedule, PP): one ``bubble`` case per M, a ``trend`` case where at least two M run, and
+    (torch) a ``matches`` case, the single-process correctness check; Megatron's kinds are
+    ``megatron_``-prefixed and its profile adds the TP/SP and recompute launches per GPU count."""
+    prefix = "megatron_" if profile.engine == "megatron" else ""
     out = []
     for schedule, pp in profile.runs():
         ms = profile.valid_ms(schedule, pp)
-        head = (profile.backend, schedule, pp) if profile.engine == "torch" else (schedule, pp)
         ident, marks, group = profile.run_id(schedule, pp), profile.marks(pp), profile.group(pp)
-        if level == "m":
-            out += [Case(f"{ident}-m{m}", (*head, m), marks, group) for m in ms]
-        elif level == "run" or (level == "trend" and len(ms) >= 2):
-            out.append(Case(ident, head, marks, group))
+        out += [Case(f"{ident}-m{m}", PipelineCase(profile, schedule, pp, m), marks, group, kind=prefix + "bubble")
+                for m in ms]
+        if len(ms) >= 2:
+            out.append(Case(ident, PipelineCase(profile, schedule, pp), marks, group, kind=prefix + "trend"))
+        if profile.engine == "torch":
+            out.append(Case(ident, PipelineCase(profile, schedule, pp), marks, group, kind="matches"))
+    if profile.engine == "megatron":
+        from perfgate.workloads.pipeline.megatron_common import TP_MODEL
+
+        for g in profile.pps:
+            out.append(Case(f"{g}gpu-seq{TP_MODEL.seq_len}", TPLaunch(g, recompute=False), ("megatron", f"{g}gpu"),
+                            f"megatron-tp-{g}gpu", kind="megatron_tp_sp"))
+            out.append(Case(f"{g}gpu-tp2-seq{LONG_SEQ}", TPLaunch(g, recompute=True), ("megatron", f"{g}gpu"),
+                            f"megatron-rc-{g}gpu", kind="megatron_recompute"))
     return out
 
 
 @dataclass
-class PipelineRun:
-    """One schedule at one PP degree, reduced: what the tests record, plus the raw per-rank results
-    (for correctness checks and attachments)."""
+class LaunchRaw:
+    """One spec's raw results as the ranks returned them, plus (Megatron bubble cases) the PP=1
+    reference launch's: what :func:`perfgate.workloads.pipeline.records.reduce` combines."""
 
     spec: Any
-    per_rank: list[dict]
-    series: dict           # {M: series.MSeries}: every rank's busy and step times combined per iteration
-    stage_params: list[int]
-    param_imbalance: float
-
-    def by_rank(self, m: int, key: str) -> list:
-        """``key`` of M's record on every rank, in rank order (diagnostics, not a combined figure)."""
-        k = list(self.series).index(m)
-        return [r["runs"][k][key] for r in self.per_rank]
+    per_rank: PerRank[dict]
+    reference: LaunchRaw | None = None
 
 
-def reduce(per_rank, specs) -> list[PipelineRun]:
-    """One launch of several specs (per rank: one result per spec) -> one PipelineRun per spec."""
-    from perfgate.workloads.pipeline import series as series_mod
-
-    out = []
-    for i, spec in enumerate(specs):
-        results = [rank_results[i] for rank_results in per_rank]
-        series = series_mod.series_by_m(results, pp=spec.pp, virtual_stages=spec.virtual_stages,
-                                     tokens_per_microbatch=spec.tokens_per_microbatch)
-        out.append(PipelineRun(spec, results, series, series_mod.stage_params(results),
-                                   series_mod.param_imbalance(results)))
-    return out
-
-
-def reduce_tp(per_rank, spec) -> dict[str, dict]:
-    """Megatron TP/recompute launch -> per case: the slowest rank's step time, the largest rank's
-    peak memory, tokens/s from the slowest step; losses as rank 0 saw them."""
-    out = {}
-    for i, case in enumerate(spec.cases):
-        rows = [r["cases"][i] for r in per_rank]
-        rec = dict(rows[0])
-        rec["step_s"] = [max(col) for col in zip(*(r["step_s"] for r in rows))]
-        rec["peak_alloc_gib"] = [max(col) for col in zip(*(r["peak_alloc_gib"] for r in rows))]
-        rec["tokens_per_s"] = [spec.tokens_per_step / s for s in rec["step_s"]]
-        out[case.name] = rec
-    return out
-
-
-AREA = Area("pipeline", PROFILES, cases, reduce)
-
-
-def measure(runs, profile: Profile, schedule: str, pp: int) -> PipelineRun:
-    """One schedule at one PP. Every schedule of that PP runs
-    in one launch (rank start-up costs seconds); a re-measurement launches only its own schedule."""
+def _measure_run(runs, profile: Profile, schedule: str, pp: int) -> LaunchRaw:
+    """One schedule at one PP. Every schedule of that PP runs in one launch (rank start-up costs
+    seconds); a re-measurement launches only its own schedule."""
     from perfgate.launch.jobs import launch
 
     def key(s):
@@ -195,40 +190,39 @@ def measure(runs, profile: Profile, schedule: str, pp: int) -> PipelineRun:
         env = {"OMP_NUM_THREADS": "1"} if profile.backend == "gloo" else None
         per_rank = launch(TARGETS[profile.engine], specs, world_size=pp, backend=profile.backend, timeout_s=900,
                           env=env)
-        return {key(run.spec.schedule): run for run in reduce(per_rank, specs)}
+        return {key(spec.schedule): LaunchRaw(spec, [rank[i] for rank in per_rank]) for i, spec in enumerate(specs)}
     schedules = [s for s in profile.schedules if profile.valid_ms(s, pp)]
     return runs.get_many([key(schedule)], produce, batch=[key(s) for s in schedules])[0]
 
 
-def measure_pp1(runs):
-    """Megatron at PP=1 on one GPU (no-pipelining schedule): the speedup reference, ``{M: MSeries}``."""
+def _measure_pp1(runs) -> LaunchRaw:
+    """Megatron at PP=1 on one GPU (no-pipelining schedule): the speedup reference."""
     from perfgate.launch.jobs import launch
     from perfgate.workloads.pipeline.megatron_pp import MegatronPipelineSpec
 
     def produce():
         spec = MegatronPipelineSpec(pp=1, schedule="1f1b", microbatches=MS)
-        return reduce(launch(TARGETS["megatron"], (spec,), world_size=1, backend="nccl", timeout_s=900),
-                      (spec,))[0].series
+        per_rank = launch(TARGETS["megatron"], (spec,), world_size=1, backend="nccl", timeout_s=900)
+        return LaunchRaw(spec, [rank[0] for rank in per_rank])
     return runs.get(("pipeline", "megatron-pp1"), produce)
 
 
-def measure_tp(runs, spec) -> dict[str, dict]:
-    """Every case of a Megatron TP/recompute spec, from one launch."""
+def measure(runs, case: Case) -> LaunchRaw:
+    """The raw results ``case`` reads, from the session's run cache (launching what is missing)."""
     from perfgate.launch.jobs import launch
 
-    return runs.get(("pipeline", "megatron-tp", spec), lambda: reduce_tp(
-        launch(TP_TARGET, spec, world_size=spec.world_size, backend="nccl", timeout_s=900), spec))
+    if isinstance(case.values, TPLaunch):
+        spec = case.values.spec()
+        return runs.get(("pipeline", "megatron-tp", spec), lambda: LaunchRaw(
+            spec, launch(TP_TARGET, spec, world_size=spec.world_size, backend="nccl", timeout_s=900)))
+    c: PipelineCase = case.values
+    raw = _measure_run(runs, c.profile, c.schedule, c.pp)
+    if case.kind == "megatron_bubble":
+        return LaunchRaw(raw.spec, raw.per_rank, reference=_measure_pp1(runs))
+    return raw
 
 
-def min_drop_fraction(profile: Profile, trend) -> float:
-    """The share of theory's drop from M_lo to M_hi the measured bubble must show (Trend.falls)."""
-    small = profile.backend == "gloo" and trend.theory_lo - trend.theory_hi < CPU_MIN_THEORY_DROP
-    return 0.0 if small else MIN_DROP_FRACTION
-
-
-def speedup_vs_pp1(series, ref) -> list[float]:
-    """Pipeline tokens/s over PP=1 tokens/s, step by step (the shorter run sets the count)."""
-    return paired_ratio(series.tokens_per_s, ref.tokens_per_s, truncate=True)
+AREA: Area[Profile, RunCache, LaunchRaw] = Area("pipeline", PROFILES, cases, measure, records.reduce)
 
 
 def tp_cases(gpus: int) -> tuple:

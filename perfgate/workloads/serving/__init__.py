@@ -7,15 +7,19 @@ decode_command and hf_decode (decode tokens/s of external commands), starvation 
 which a starved client read whole answers at once). None imports vLLM.
 
 This file is the area: the CPU and GPU profiles (workload sizes per machine class) and their
-cases. Serving has no ranks: one load generator keeps raw per-request records and
-``serving_metrics.summarize`` (the area's ``reduce``) turns them into metrics.
+cases. Serving has no ranks and no ``measure``: each test drives its phases against live
+servers; the load generator keeps raw per-request records, ``serving_metrics.summarize`` turns
+one run's records into statistics, and the area's ``reduce`` turns repeated runs' summaries
+into the latency metrics every serving test records.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
-from perfgate.workloads.area import Area, Case
-from perfgate.workloads.serving.serving_metrics import Slo, summarize
+from perfgate.workloads.area import Area, Case, Measured, Record
+from perfgate.workloads.serving.decode_command import DecodeCommand
+from perfgate.workloads.serving.serving_metrics import ServingSummary, Slo
 from perfgate.workloads.serving.tiny_model import (LLAMA_1B_STRUCTURE, QWEN3_MOE_GPU_STRUCTURE, TINY_DENSE,
                                                    TINY_MOE, TinyModelSpec)
 
@@ -122,10 +126,39 @@ PROFILES = {"cpu": CPU_PROFILE, "gpu": GPU_PROFILE}
 
 
 def cases(profile: ServingProfile) -> list[Case]:
-    """One case per profile: the session fixture ``serving_profile`` is parametrized with it."""
+    """One case per profile (values: the profile): the session fixture ``serving_profile`` is
+    parametrized with it, so every vLLM test runs once per profile."""
     marker = "cpu" if profile.name == "cpu" else "1gpu"
-    return [Case(profile.name, (profile.name,), (marker, "vllm"))]
+    return [Case(profile.name, profile, (marker, "vllm"))]
 
 
-AREA = Area("serving", PROFILES, cases, summarize)
+def decode_command_cases(commands: Sequence[DecodeCommand]) -> list[Case]:
+    """One case per configured external decode command; its markers are the command's own."""
+    return [Case(cmd.name, cmd, tuple(cmd.markers)) for cmd in commands]
+
+
+@dataclass(frozen=True)
+class LatencyRuns:
+    """Summaries (serving_metrics.summarize, from kept per-request records) of repeated load runs
+    of one phase, and the name prefix of their metrics (``decode_alone_``)."""
+
+    summaries: Sequence[ServingSummary]
+    prefix: str = ""
+
+
+def reduce(case: Case, raw: LatencyRuns) -> list[Record]:
+    """Per-request TTFT/TPOT/E2EL pooled over the runs, and each run's p99 inter-token latency."""
+    out: list[Record] = [Measured(f"{raw.prefix}ttft_ms", [v for s in raw.summaries for v in s.ttft_ms_values],
+                                  "ms", "lower")]
+    tpot = [v for s in raw.summaries for v in s.tpot_ms_values]
+    if tpot:
+        out.append(Measured(f"{raw.prefix}tpot_ms", tpot, "ms", "lower"))
+    out.append(Measured(f"{raw.prefix}e2el_ms", [v for s in raw.summaries for v in s.e2el_ms_values], "ms", "lower"))
+    itl_p99 = [s.itl_ms.percentiles["p99"] for s in raw.summaries if s.itl_ms.n]
+    if itl_p99:
+        out.append(Measured(f"{raw.prefix}itl_p99_ms", itl_p99, "ms", "lower"))
+    return out
+
+
+AREA: Area[ServingProfile, None, LatencyRuns] = Area("serving", PROFILES, cases, None, reduce)
 

@@ -121,12 +121,3 @@ class BenchServeRun:
     def _fail(self, what: str):
         tail = "\n".join(self._log().splitlines()[-40:])
         raise BenchServeError(f"vllm bench serve {what}; log {self.log_path}:\n{tail}")
-
-
-def run_bench_serve(spec: BenchServeSpec, result_name: str = "bench.json") -> dict:
-    """Run `vllm bench serve` to the end; return its result JSON (median_ttft_ms, median_tpot_ms, ...)."""
-    run = BenchServeRun(spec, result_name).start()
-    try:
-        return run.result()
-    finally:
-        run.stop()

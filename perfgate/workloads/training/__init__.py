@@ -4,31 +4,73 @@ The modules run inside :func:`perfgate.launch.jobs.launch` workers and never imp
 ``model`` (the decoder and synthetic data), ``specs`` (validated job descriptions),
 ``engine`` (the shared warm-up / timed / memory-tracked step loop), ``ddp`` and ``fsdp``
 (build the parallel wrapper for one case and hand its step to the engine), ``summary``
-(pure arithmetic over the per-rank results) and ``plans`` (which cases a session runs).
+(pure arithmetic over the per-rank results), ``plans`` (which cases a session runs) and
+``records`` (the area's reduce: per-rank results -> what each test records).
+
+This file is the area: the cases of every DDP and FSDP test, and ``measure``: the raw per-rank
+results of the job cases one test reads, from the session's run cache (one launch per
+(engine, profile, world size) measures every case of that job).
 """
 from __future__ import annotations
 
-from perfgate.workloads.area import Area, Case
-from perfgate.workloads.training import plans
-from perfgate.workloads.training.summary import CaseSummary, summarize_job
+from dataclasses import dataclass
+
+from perfgate.runcache import RunCache
+from perfgate.workloads.area import Area, Case, PerRank
+from perfgate.workloads.training import plans, records
+from perfgate.workloads.training.records import TrainingRaw, world1
+from perfgate.workloads.training.specs import BF16_HOOK_NEEDS_NCCL, ShardingMode
 
 TARGETS = {"ddp": "perfgate.workloads.training.ddp:run", "fsdp": "perfgate.workloads.training.fsdp:run"}
 PROFILES = {p.name: p for p in plans.PROFILES}
 
 
+@dataclass(frozen=True)
+class TrainingCase:
+    """What one DDP or FSDP test reads: job case ``label`` of the (engine, profile, world) launch,
+    the cases it is compared with (``reads``), and whether it is compared with itself at world 1."""
+
+    engine: str                     # "ddp" | "fsdp"
+    profile: plans.Profile
+    world: int
+    label: str
+    reads: tuple[str, ...] = ()
+    reference_world1: bool = False
+
+
 def cases(profile: plans.Profile) -> list[Case]:
-    """Every DDP scaling case of ``profile`` (the other tests parametrize over plans' sweeps)."""
-    return [Case(f"{profile.backend}-{w}rank-{profile.ddp_model}", (profile, w), (profile.marker(w),),
-                 f"training-{profile.backend}") for w in profile.worlds if w > 1]
+    """Every DDP and FSDP case of ``profile``; ``kind`` names the test (records.RECIPES)."""
+    p = profile
 
+    def case(kind: str, engine: str, world: int, label: str, *id_parts: str, reads: tuple[str, ...] = (),
+             reference_world1: bool = False, skip: str | None = None) -> Case:
+        model = p.ddp_model if engine == "ddp" else p.fsdp_model
+        ident = "-".join([f"{p.backend}-{world}rank-{model}", *id_parts])
+        return Case(ident, TrainingCase(engine, p, world, label, reads, reference_world1), (p.marker(world),),
+                    f"training-{p.backend}", skip, kind)
 
-def reduce(per_rank) -> dict[str, CaseSummary]:
-    """launch() output (per rank: one CaseResult per case) -> {label: CaseSummary}: slowest rank per
-    step, largest memory per step, every rank's losses (perfgate.workloads.training.summary)."""
-    return summarize_job(per_rank)
-
-
-AREA = Area("training", PROFILES, cases, reduce)
+    scaling = [w for w in p.worlds if w > 1]
+    out = [case("strong", "ddp", w, "strong", reference_world1=True) for w in scaling]
+    out += [case("weak", "ddp", w, "weak", reference_world1=True) for w in scaling]
+    out += [case("microbatch", "ddp", w, f"mb{m}", f"mb{m}", reference_world1=w > 1)
+            for w in p.microbatch_worlds for m in p.microbatches]
+    reference = plans.bucket_label(p.bucket_reference_mb)
+    out += [case("bucket", "ddp", w, plans.bucket_label(c), plans.bucket_label(c), reads=(reference,))
+            for w in p.sweep_worlds for c in p.bucket_caps_mb]
+    ga = f"ga{p.accum_steps}"
+    out += [case("accumulation", "ddp", w, f"{ga}-{mode}", f"{ga}-{mode}", reads=(f"{ga}-no_sync", f"{ga}-sync_every_micro"))
+            for w in p.sweep_worlds for mode in ("no_sync", "sync_every_micro")]
+    out += [case("comm_hook", "ddp", w, f"hook-{dt}", dt, reads=("hook-fp32",),
+                 skip=None if (dt != "bf16" or p.gpu) else BF16_HOOK_NEEDS_NCCL + "; gloo here")
+            for w in p.sweep_worlds for dt in p.hook_reduce_dtypes]
+    ddp_fp32 = ShardingMode("ddp", "fp32").label  # the fp16-hook DDP row's reference
+    for w in p.fsdp_worlds:
+        job = plans.fsdp_job(p, w)
+        out += [case("fsdp_memory", "fsdp", w, m.label, m.kind) for m in job.modes if job.tracks(m)]
+    for w in p.fsdp_worlds:
+        out += [case("fsdp_throughput", "fsdp", w, m.label, m.label, reads=(ddp_fp32,))
+                for m in plans.fsdp_job(p, w).modes]
+    return out
 
 
 def job(engine: str, profile: plans.Profile, world: int):
@@ -40,17 +82,23 @@ def _labels(engine: str, j) -> list[str]:
     return [c.label for c in j.cases + j.reference_cases] if engine == "ddp" else [m.label for m in j.modes]
 
 
-def launch_job(engine: str, profile: plans.Profile, j) -> dict[str, CaseSummary]:
+def launch_job(engine: str, profile: plans.Profile, j) -> dict[str, PerRank]:
+    """One launch of job ``j``: {case label: every rank's CaseResult of it, in rank order}."""
     from perfgate.launch.jobs import launch
 
     # One thread per rank: ranks share the cores, and world 1 must not get more of them.
     env = {"OMP_NUM_THREADS": "1"} if profile.backend == "gloo" else {}
-    return reduce(launch(TARGETS[engine], j, world_size=j.world_size, backend=profile.backend,
-                         timeout_s=profile.launch_timeout_s, env=env))
+    per_rank = launch(TARGETS[engine], j, world_size=j.world_size, backend=profile.backend,
+                      timeout_s=profile.launch_timeout_s, env=env)
+    by_label: dict[str, PerRank] = {}
+    for rank_results in per_rank:
+        for res in rank_results:
+            by_label.setdefault(res.label, []).append(res)
+    return by_label
 
 
-def measure(runs, engine: str, profile: plans.Profile, world: int, *labels: str) -> dict[str, CaseSummary]:
-    """The cases ``labels`` of the (engine, profile, world) job, from the session's run cache.
+def results(runs: RunCache, engine: str, profile: plans.Profile, world: int, *labels: str) -> dict[str, PerRank]:
+    """The raw per-rank results of the cases ``labels`` of the (engine, profile, world) job.
 
     The first ask launches every case of the job at once; after a re-measurement dropped some
     entries, only those cases are launched again. FSDP modes come with the DDP mode they are
@@ -65,18 +113,22 @@ def measure(runs, engine: str, profile: plans.Profile, world: int, *labels: str)
 
     def produce(missing):
         got = launch_job(engine, profile, j.only([k[-1] for k in missing]))
-        return {key(label): s for label, s in got.items()}
+        return {key(label): per_rank for label, per_rank in got.items()}
     values = runs.get_many([key(label) for label in labels], produce, batch=[key(x) for x in _labels(engine, j)])
     return dict(zip(labels, values))
 
 
-def scaling_pair(runs, profile: plans.Profile, world: int, label: str) -> tuple[CaseSummary, CaseSummary]:
-    """(world-1 reference, world-N case) for a DDP case ``label``, both from this session.
+def measure(runs: RunCache, case: Case) -> TrainingRaw:
+    """Every rank's results of the cases ``case`` reads; its world-1 reference as ``world1-<label>``:
+    run on rank 0 alone inside the world-N launch (``profile.reference_in_launch``), or a
+    world-1 launch of its own."""
+    c: TrainingCase = case.values
+    got: dict[str, PerRank] = {}
+    if c.reference_world1 and not c.profile.reference_in_launch:
+        got[world1(c.label)] = results(runs, c.engine, c.profile, 1, c.label)[c.label]
+    labels = (c.label, *c.reads) + ((world1(c.label),) if c.reference_world1 and c.profile.reference_in_launch else ())
+    got.update(results(runs, c.engine, c.profile, c.world, *dict.fromkeys(labels)))
+    return got
 
-    With ``profile.reference_in_launch`` the reference ran on rank 0 alone inside the world-N
-    launch (case ``world1-<label>``); otherwise it comes from a world-1 launch.
-    """
-    if profile.reference_in_launch:
-        got = measure(runs, "ddp", profile, world, label, f"world1-{label}")
-        return got[f"world1-{label}"], got[label]
-    return measure(runs, "ddp", profile, 1, label)[label], measure(runs, "ddp", profile, world, label)[label]
+
+AREA: Area[plans.Profile, RunCache, TrainingRaw] = Area("training", PROFILES, cases, measure, records.reduce)

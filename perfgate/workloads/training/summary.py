@@ -112,15 +112,6 @@ def summarize_case(per_rank: Sequence) -> CaseSummary:
                                                           for r in per_rank])] if r0.device_busy_ms else [])
 
 
-def summarize_job(results_per_rank: Sequence[Sequence]) -> dict[str, CaseSummary]:
-    """launch() output (per rank: list of CaseResult, one per case) -> {label: CaseSummary}."""
-    by_label: dict[str, list] = {}
-    for rank_results in results_per_rank:
-        for res in rank_results:
-            by_label.setdefault(res.label, []).append(res)
-    return {label: summarize_case(rows) for label, rows in by_label.items()}
-
-
 def speedup(tokens_per_s_n: Sequence[float], tokens_per_s_1: Sequence[float]) -> list[float]:
     """Throughput of world N over world 1, per step pair (strong and weak scaling alike)."""
     return paired_ratio(tokens_per_s_n, tokens_per_s_1)
