@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from perfgate.judge.policy import is_cpu_id
 from perfgate.importers import Imported, ImportedNumber, ImportFormatError, finite, read_text
 
 TOOL = "vllm bench serve"
@@ -43,7 +44,7 @@ def _closed_loop_c(doc: dict) -> int | None:
 
 def read(paths: list[Path], hardware_id: str | None) -> Imported:
     out = Imported(TOOL)
-    profile = "cpu" if (hardware_id or "").startswith("cpu-") else "gpu"
+    profile = "cpu" if is_cpu_id(hardware_id or "") else "gpu"
     for path in paths:
         try:
             doc = json.loads(read_text(path, TOOL))
