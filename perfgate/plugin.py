@@ -44,6 +44,7 @@ _PROP = "perfgate.store.results"
 _ATTACH = "perfgate.attachments"
 _PERF_TEST = "perfgate.perf_test"  # marks a test that uses the perf fixture, for the controller
 _RESULTS = pytest.StashKey[list]()
+_TAINT = pytest.StashKey[list]()  # why this test's numbers were measured on a busy machine (load_watch)
 
 
 class PerfRegression(AssertionError):
@@ -69,10 +70,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-budget", type=float, metavar="MINUTES",
                 help="stop starting new tests once this many minutes are spent; report the rest")
     g.addoption("--perf-allow-tainted", action="store_true",
-                help="gate metrics even when the preflight check found the machine busy or throttled")
+                help="gate metrics even when the machine was found busy or throttled (preflight or while measuring)")
     g.addoption("--perf-preflight", choices=("auto", "on", "off"), default="auto",
-                help="check the machine is quiet before measuring (perfgate.machine.preflight); results of a busy "
-                     "machine are labelled tainted and not gated. auto: on for GPU hardware ids")
+                help="check the machine is quiet before the session (perfgate.machine.preflight; auto: on for GPU "
+                     "hardware ids) and, with auto or on on every id, watch it while each test measures "
+                     "(perfgate.machine.load_watch); results of a busy machine are labelled tainted and not "
+                     "gated. off: neither")
     g.addoption("--perf-progress", type=_progress_interval, default=30.0, metavar="SECONDS",
                 help="print a progress line with the estimated time left at most every SECONDS "
                      "(0: after every test; 'off': never). Default 30")
@@ -180,16 +183,18 @@ def runs(request: pytest.FixtureRequest) -> RunCache:
     return request.config.stash[_STATE].runs
 
 
-def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool) -> list[MetricResult]:
+def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool, watched: list[str] = ()) -> list[MetricResult]:
+    """``watched``: why the machine was busy while this test measured (load_watch), beside the preflight's."""
+    tainted = state.tainted + [r for r in watched if r not in state.tainted]
     out = []
     for name, metric in rec.metrics.items():
         choice = state.baseline(rec.test_id, name, ratio=metric.is_ratio)
         r = evaluate(rec.test_id, metric, choice.entry, settings=state.settings, hardware_id=state.hardware_id,
                      samples=rec.pooled(name) if pooled else None, attempts=len(rec.attempts),
-                     tainted=None if state.allow_tainted else state.tainted, baseline_id=choice.hardware_id,
+                     tainted=None if state.allow_tainted else tainted, baseline_id=choice.hardware_id,
                      fallback=choice.fallback, diff=choice.diff, workload=rec.workload)
-        if state.allow_tainted and state.tainted:
-            r.tainted = list(state.tainted)  # gated as asked, still labelled (and kept out of refreshes)
+        if state.allow_tainted and tainted:
+            r.tainted = list(tainted)  # gated as asked, still labelled (and kept out of refreshes)
         out.append(r)
     return out
 
@@ -208,22 +213,37 @@ def pytest_runtest_call(item: pytest.Item):
         state.runs.begin(None)
 
 
+def _watched(item: pytest.Item, state: PerfState, window) -> list[str]:
+    """Why this attempt's numbers are tainted: its own window, and the launches it read (runcache)."""
+    return list(dict.fromkeys(window.reasons + state.runs.taint_of(item.nodeid)))
+
+
 def _judge(item: pytest.Item, state: PerfState):
-    result = yield
+    if "perf" not in getattr(item, "fixturenames", ()):
+        return (yield)
+    try:
+        with state.watch.window() as window:
+            result = yield
+    finally:  # also when the body failed after recording: makereport judges what it kept
+        item.stash[_TAINT] = _watched(item, state, window)
     rec = getattr(item, "funcargs", {}).get("perf")
     if not isinstance(rec, PerfRecorder) or not rec.metrics:
         return result
     try:
-        evaluated = _evaluate(state, rec, pooled=False)
+        watched = item.stash[_TAINT]
+        evaluated = _evaluate(state, rec, pooled=False, watched=watched)
         attempt = 0
         while any(_suspect(r) for r in evaluated) and attempt < state.settings.retries:
             attempt += 1
             rec.new_attempt()
             state.runs.invalidate(item.nodeid)  # the re-run measures afresh what this test read
-            item.runtest()  # re-measure: the same test body, a fresh set of samples
-            evaluated = _evaluate(state, rec, pooled=False)
+            with state.watch.window() as window:
+                item.runtest()  # re-measure: the same test body, a fresh set of samples
+            this_attempt = _watched(item, state, window)
+            evaluated = _evaluate(state, rec, pooled=False, watched=this_attempt)
+            watched = list(dict.fromkeys(watched + this_attempt))
         if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:
-            evaluated = _evaluate(state, rec, pooled=True)
+            evaluated = _evaluate(state, rec, pooled=True, watched=watched)  # every attempt's samples
     except (BaselineError, ValueError) as exc:
         raise PerfRegression(f"perfgate could not compare: {exc}") from None
     item.stash[_RESULTS] = evaluated
@@ -246,7 +266,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             # The test body failed after recording: keep what it measured, marked unjudged.
             state = item.config.stash[_STATE]
             try:
-                evaluated = _evaluate(state, rec, pooled=False)
+                evaluated = _evaluate(state, rec, pooled=False, watched=item.stash.get(_TAINT, []))
             except (BaselineError, ValueError):
                 evaluated = None
         if evaluated:

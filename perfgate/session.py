@@ -17,6 +17,7 @@ from perfgate.judge.baseline_choice import BaselineChooser, tolerances_id
 from perfgate.judge.config import ConfigError, load_settings
 from perfgate.machine import hardware
 from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.machine.load_watch import LoadWatch
 from perfgate.report.progress import SweepProgress
 from perfgate.runcache import RunCache
 from perfgate.store.baselines import BaselineStore
@@ -61,7 +62,10 @@ class PerfState:
         self.refresh_failed = False  # --perf-refresh wrote nothing (or stopped): the session must not pass
         self.save_note: str | None = None
         self.old_sigterm = None
-        self.runs = RunCache()
+        # Watched on every hardware id (also cpu-*, where the preflight is off under auto):
+        # a job that starts mid-session taints what is measured beside it.
+        self.watch = LoadWatch(enabled=opt("--perf-preflight") != "off")
+        self.runs = RunCache(self.watch)
 
     def _check_baselines(self) -> None:
         """Read every baseline file of this hardware id (and of its family, whose ratios it may
