@@ -9,6 +9,7 @@ after that session began (tests/test_load_watch_e2e.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -60,6 +61,38 @@ def test_children_that_end_inside_the_window_are_ours():
     assert burned > 0.1, "the children never ran"
     assert window.use.own_s >= 0.9 * burned, (window.use, burned)
     assert not {k.pid for k in kids} & set(window.use.foreign_by_pid)
+
+
+WORKER = """
+import json, sys, time
+from perfgate.machine.cpu_use import own_pids, read_cpu_counters
+start = read_cpu_counters()
+sys.stdout.write(json.dumps(sorted(own_pids())) + "\\n"); sys.stdout.flush()
+sys.stdin.readline()  # the sibling has burned and been reaped by our parent (the controller)
+use = read_cpu_counters() - start
+print(json.dumps({"own_s": use.own_s, "foreign_pids": sorted(use.foreign_by_pid)}))
+"""
+
+
+def test_xdist_sibling_workers_are_ours_even_after_they_ended():
+    """Under xdist the controller's tree is ours: a sibling worker's ranks are not foreign load."""
+    env = dict(os.environ, PYTEST_XDIST_WORKER="gw0")
+    watcher = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env=env)
+    try:
+        ours_at_start = set(json.loads(watcher.stdout.readline()))  # its window is open now
+        sibling = subprocess.Popen([sys.executable, "-c", BURN.format(secs=1.0)], stdout=subprocess.PIPE, text=True,
+                                   env=dict(os.environ, PYTEST_XDIST_WORKER="gw1"))
+        burned = float(sibling.communicate()[0])  # reaped here, by the "controller"
+        watcher.stdin.write("\n")
+        watcher.stdin.flush()
+        seen = json.loads(watcher.stdout.readline())
+    finally:
+        watcher.kill()
+        watcher.wait()
+    assert {os.getpid(), watcher.pid} <= ours_at_start
+    assert seen["own_s"] >= 0.9 * burned > 0.05, (seen, burned)
+    assert sibling.pid not in seen["foreign_pids"]
 
 
 def test_foreign_hog_taints_the_window_and_is_named():

@@ -28,7 +28,7 @@ class CpuSample:
     """System-wide and own-process CPU use over a window, in cores."""
 
     cores: int
-    busy_cores: float        # time spent running processes (user, nice, system), system-wide
+    busy_cores: float        # time spent running processes (user, nice, system; no kernel threads), system-wide
     own_cores: float         # this process tree's share of it
     steal_fraction: float    # steal / all CPU time in the window
     top_foreign: tuple[tuple[str, int, float], ...] = ()  # (name, pid, cores) of the busiest others
@@ -47,7 +47,7 @@ class CpuUse:
     into their parent's reaped-children counters), so short-lived ranks are ours too."""
 
     elapsed_s: float = 0.0
-    task_s: float = 0.0      # user + nice + system of the CPUs we may run on
+    task_s: float = 0.0      # user + nice + system of the CPUs we may run on, less kernel threads
     steal_s: float = 0.0
     all_s: float = 0.0       # every state, idle included
     own_s: float = 0.0
@@ -96,6 +96,9 @@ class CpuCounters:
                                       if (used := s - earlier.per_pid_s.get(pid, 0.0)) > 0})
 
 
+KTHREADD = 2  # Linux: the parent of every kernel thread
+
+
 def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -103,24 +106,27 @@ def usable_cores() -> int:
 def read_cpu_counters(ignore: set[int] | frozenset[int] = frozenset()) -> CpuCounters:
     """One reading of the CPU counters: /proc/stat of the CPUs we may run on, and every process.
 
-    Busy time is user + nice + system: interrupt time is left out, because loopback traffic
-    between our own ranks is handled there and is charged to no process. Our own time is our
-    tree's user + system plus its reaped children's (a rank that ended is still ours)."""
+    Busy time is user + nice + system, less kernel threads': interrupt time and kernel threads
+    (writeback, IO completion, network) mostly serve whoever does IO, often our own ranks (their
+    loopback traffic, the files a test writes), and belong to no process tree. Our own time is
+    our tree's user + system plus its reaped children's (a rank that ended is still ours)."""
     mine = own_pids() | set(ignore)
     per_cpu = psutil.cpu_times(percpu=True)
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(len(per_cpu)))
     cpus = [t for i, t in enumerate(per_cpu) if i in allowed] or per_cpu
-    own = 0.0
+    own = kernel = 0.0
     others: dict[int, float] = {}
-    for proc in psutil.process_iter(["cpu_times"]):
+    for proc in psutil.process_iter(["cpu_times", "ppid"]):
         t = proc.info["cpu_times"]
         if t is None:
             continue  # not ours to read (another user, a zombie): /proc/stat still counts it
         if proc.pid in mine:
             own += t.user + t.system + t.children_user + t.children_system
+        elif proc.pid == KTHREADD or proc.info["ppid"] == KTHREADD:
+            kernel += t.user + t.system
         else:
             others[proc.pid] = t.user + t.system
-    return CpuCounters(wall_s=time.monotonic(), task_s=sum(t.user + t.nice + t.system for t in cpus),
+    return CpuCounters(wall_s=time.monotonic(), task_s=sum(t.user + t.nice + t.system for t in cpus) - kernel,
                        steal_s=sum(getattr(t, "steal", 0.0) for t in cpus),
                        all_s=sum(v for t in cpus for k, v in t._asdict().items() if k not in ("guest", "guest_nice")),
                        own_s=own, per_pid_s=others)
