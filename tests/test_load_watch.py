@@ -23,9 +23,9 @@ from perfgate.machine.load_watch import WHILE_LAUNCH, WHILE_TEST, LoadWatch, Win
 from perfgate.machine.preflight import Limits
 from perfgate.runcache import RunCache
 
-# Prints the CPU seconds it burned (its own count, independent of the watch's readings).
-BURN = ("import time\nend = time.monotonic() + {secs}\nwhile time.monotonic() < end: pass\n"
-        "print(time.process_time(), flush=True)\n")
+# Burns ``secs`` of CPU time (however busy the machine), then prints what it burned: its own
+# count, independent of the watch's readings.
+BURN = "import time\nwhile time.process_time() < {secs}: pass\nprint(time.process_time(), flush=True)\n"
 HOG = ("import os, sys, time\n"
        "if os.fork():\n    os._exit(0)\n"  # double fork: re-parented away from us, like another user's job
        "open('/proc/self/comm', 'w').write('perfgate-hog')\n"
@@ -113,23 +113,29 @@ def test_foreign_hog_taints_the_window_and_is_named():
 
 def test_nested_window_is_judged_alone_and_subtracted_from_its_parent():
     """A cache production inside a test's call: the busy launch is the production's; the call's
-    own remainder is what is left after it (short here, so not judged)."""
+    own remainder is what is left after it (short and idle here, so not judged)."""
     watch = LoadWatch()
-    with foreign_hogs(2, secs=3):
+    with foreign_hogs(2, secs=4):
         with watch.window(WHILE_TEST) as call:
             time.sleep(0.2)
-            with watch.window(WHILE_LAUNCH) as launch:
-                time.sleep(1.2)
+            with watch.window(WHILE_LAUNCH) as launch:  # our "ranks" measure beside the hogs
+                kids = [subprocess.Popen([sys.executable, "-c", BURN.format(secs=0.6)], stdout=subprocess.PIPE)
+                        for _ in range(2)]
+                for k in kids:
+                    k.communicate()
     assert launch.reasons and all(WHILE_LAUNCH in r for r in launch.reasons)
     assert call.use.elapsed_s < 0.5 <= launch.use.elapsed_s  # the call's own part: the 0.2 s before
+    assert call.use.own_s < 0.2 * launch.use.own_s
     assert call.reasons == []
 
 
 def test_short_windows_are_not_judged_and_a_disabled_watch_reads_nothing():
-    busy = CpuUse(elapsed_s=0.3, task_s=0.6, all_s=0.6, own_s=0.0)  # 2 of 2 cores foreign, but only 0.3 s
     watch = LoadWatch()
     watch.cores = 2
-    assert watch.judge(busy, WHILE_TEST) == []
+    short = CpuUse(elapsed_s=0.3, task_s=0.6, all_s=0.6, own_s=0.0)  # 2 of 2 cores foreign, but only 0.3 s
+    assert watch.judge(short, WHILE_TEST) == []
+    idle = CpuUse(elapsed_s=3.0, task_s=5.9, all_s=6.0, own_s=0.1)  # we waited 3 s and measured nothing
+    assert watch.judge(idle, WHILE_TEST) == []
     longer = CpuUse(elapsed_s=1.0, task_s=2.0, all_s=2.0, own_s=0.6)
     assert watch.judge(longer, WHILE_TEST) == [
         "foreign processes used 1.4 of 2 cores while this test measured (limit 25% of cores): "

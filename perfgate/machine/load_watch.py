@@ -22,9 +22,11 @@ Which window measured a test's numbers? They come from two places, and each is w
   taint; the fresh launch is watched afresh.
 * **The test body itself** (a test that times a loop in-process, or does anything between
   its cache reads): the call phase is a window (and each re-measurement another), minus the
-  cache productions nested in it, which are judged on their own as above. What is left is
-  judged only when it lasted ``min_watched_s`` or more: a test that only reads the cache
-  has nothing left to judge.
+  cache productions nested in it, which are judged on their own as above.
+
+A window is judged only when it lasted ``min_watched_s`` (0.5 s) and our processes used that
+much CPU time in it: a test that only reads the cache, or records numbers it did not time,
+measured nothing there, however long a busy machine kept it waiting.
 
 Cost: a window reads the counters twice (start, end: /proc/stat, our process tree, one
 pass over /proc for every other process's CPU time), about 10 ms each on a quiet box, both
@@ -91,8 +93,8 @@ class LoadWatch:
             window.reasons = self.judge(window.use, during)
 
     def judge(self, use: CpuUse, during: str) -> list[str]:
-        """Why numbers measured in ``use`` are not comparable; empty when the machine was quiet
-        or the window too short to judge."""
-        if use.elapsed_s < self.limits.min_watched_s:
+        """Why numbers measured in ``use`` are not comparable; empty when the machine was quiet,
+        or when the window was too short, or our processes too idle in it, to have measured anything."""
+        if use.elapsed_s < self.limits.min_watched_s or use.own_s < self.limits.min_watched_s:
             return []
         return cpu_reasons(use.sample(self.cores), self.limits, during=during)

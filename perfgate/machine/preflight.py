@@ -71,7 +71,7 @@ class Limits:
     # cores, the scheduler gives a foreign job only its fair share (one hog beside two busy
     # ranks on 2 cores gets ~0.7 of a core), and every bit of that share was taken from us.
     max_foreign_cpu_fraction_while_measuring: float | None = 0.25
-    min_watched_s: float = 0.5               # a shorter window is not judged (tick-granular counters)
+    min_watched_s: float = 0.5               # judge a window that lasted this long, with this much CPU of ours
     max_steal_fraction: float = 0.10         # hypervisor steal / elapsed CPU time (noisy neighbour)
     cpu_sample_s: float = 0.3                # how long the CPU sample watches
     ignore_pids: frozenset[int] = field(default_factory=frozenset)
