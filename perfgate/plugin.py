@@ -10,7 +10,9 @@ Reliability (docs/reliability.md): bad input (a malformed baseline for this hard
 an expert file that is not GGUF, a bad option) stops the session before anything runs,
 with one message naming the file and the fix; SIGTERM becomes an interrupt, so results
 so far are saved and marked ``interrupted`` and no baseline is refreshed from a partial
-run; long sweeps print a progress line with an estimate of the time left.
+run; long sweeps print a progress line with an estimate of the time left; a machine found
+busy before the session (machine.preflight) or while a test measured (machine.load_watch)
+labels the numbers tainted instead of gating them.
 """
 from __future__ import annotations
 
@@ -183,7 +185,7 @@ def runs(request: pytest.FixtureRequest) -> RunCache:
     return request.config.stash[_STATE].runs
 
 
-def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool, watched: list[str] = ()) -> list[MetricResult]:
+def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool, watched: list[str]) -> list[MetricResult]:
     """``watched``: why the machine was busy while this test measured (load_watch), beside the preflight's."""
     tainted = state.tainted + [r for r in watched if r not in state.tainted]
     out = []
@@ -213,19 +215,14 @@ def pytest_runtest_call(item: pytest.Item):
         state.runs.begin(None)
 
 
-def _watched(item: pytest.Item, state: PerfState, window) -> list[str]:
-    """Why this attempt's numbers are tainted: its own window, and the launches it read (runcache)."""
-    return list(dict.fromkeys(window.reasons + state.runs.taint_of(item.nodeid)))
-
-
 def _judge(item: pytest.Item, state: PerfState):
     if "perf" not in getattr(item, "fixturenames", ()):
         return (yield)
-    try:
+    try:  # taint: the machine was busy in this call's own window, or in the launches it read (runcache)
         with state.watch.window() as window:
             result = yield
     finally:  # also when the body failed after recording: makereport judges what it kept
-        item.stash[_TAINT] = _watched(item, state, window)
+        item.stash[_TAINT] = window.reasons + state.runs.taint_of(item.nodeid)
     rec = getattr(item, "funcargs", {}).get("perf")
     if not isinstance(rec, PerfRecorder) or not rec.metrics:
         return result
@@ -239,9 +236,9 @@ def _judge(item: pytest.Item, state: PerfState):
             state.runs.invalidate(item.nodeid)  # the re-run measures afresh what this test read
             with state.watch.window() as window:
                 item.runtest()  # re-measure: the same test body, a fresh set of samples
-            this_attempt = _watched(item, state, window)
-            evaluated = _evaluate(state, rec, pooled=False, watched=this_attempt)
-            watched = list(dict.fromkeys(watched + this_attempt))
+            again = window.reasons + state.runs.taint_of(item.nodeid)
+            evaluated = _evaluate(state, rec, pooled=False, watched=again)
+            watched = watched + [r for r in again if r not in watched]
         if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:
             evaluated = _evaluate(state, rec, pooled=True, watched=watched)  # every attempt's samples
     except (BaselineError, ValueError) as exc:
