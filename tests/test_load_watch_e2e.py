@@ -5,7 +5,8 @@ The perf tests below measure real CPU work in two "ranks" (child processes, like
 launch), in the test body and through the session's run cache (the second cache reader only
 reads what the first one's launch measured). The hogs are real busy loops, double-forked so
 that they are not ours, started by a session fixture: after the session (and any preflight)
-began. A run costs about 1 s of measuring per test; the whole file about 20 s on 2 cores.
+began. Each test's ranks burn about 0.5-1 s of CPU each; the file takes about 20 s on 2 quiet cores
+(4 sessions, one of them with two xdist workers).
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ MEASURED = '''
 import os, signal, subprocess, sys, time
 import pytest
 
-WORK = ("import time\\nout = []\\nfor _ in range(25):\\n    t = time.perf_counter()\\n"
-        "    for _ in range(400_000): pass\\n    out.append((time.perf_counter() - t) * 1e3)\\n"
+WORK = ("import time\\nout = []\\nfor _ in range(30):\\n    t = time.perf_counter()\\n"
+        "    for _ in range(600_000): pass\\n    out.append((time.perf_counter() - t) * 1e3)\\n"
         "print(' '.join(map(str, out)))\\n")
 HOG = ("import os, time\\nif os.fork():\\n    os._exit(0)\\n"
        "open('/proc/self/comm', 'w').write('perfgate-hog')\\nprint(os.getpid(), flush=True)\\n"
@@ -34,7 +35,7 @@ HOG = ("import os, time\\nif os.fork():\\n    os._exit(0)\\n"
 
 
 def ranks(new_session=False):
-    """Two busy child processes (ours), each timing 25 chunks of the same loop: ms per chunk."""
+    """Two busy child processes (ours), each timing 30 chunks of the same loop: ms per chunk."""
     procs = [subprocess.Popen([sys.executable, "-c", WORK], stdout=subprocess.PIPE, text=True,
                               start_new_session=new_session) for _ in range(2)]
     return [float(x) for p in procs for x in p.communicate()[0].split()]
@@ -71,8 +72,6 @@ def test_launch_read_again(perf, runs):
 def project(pytester, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")
     pytester.makepyfile(test_measured=MEASURED)
-    pytester.runpytest(HW, "--perf-refresh", "--perf-preflight=off", "-p", "no:cacheprovider").assert_outcomes(
-        passed=3)  # baselines, whatever the machine's load: the check is off
     return pytester
 
 
@@ -81,6 +80,8 @@ def results(pytester, name: str) -> dict:
 
 
 def test_numbers_measured_beside_a_hog_are_tainted_not_regressions(project, monkeypatch):
+    project.runpytest(HW, "--perf-refresh", "--perf-preflight=off", "-p", "no:cacheprovider").assert_outcomes(
+        passed=3)  # baselines, whatever the machine's load: the check is off
     monkeypatch.setenv("HOGS", "2")
     busy = project.runpytest(HW, "--perf-gate=all", "--perf-save=busy.json", "-p", "no:cacheprovider")
     busy.assert_outcomes(passed=3)  # no regression fails a test
