@@ -10,7 +10,9 @@ Reliability (docs/reliability.md): bad input (a malformed baseline for this hard
 an expert file that is not GGUF, a bad option) stops the session before anything runs,
 with one message naming the file and the fix; SIGTERM becomes an interrupt, so results
 so far are saved and marked ``interrupted`` and no baseline is refreshed from a partial
-run; long sweeps print a progress line with an estimate of the time left.
+run; long sweeps print a progress line with an estimate of the time left; a machine found
+busy before the session (machine.preflight) or while a test measured (machine.load_watch)
+labels the numbers tainted instead of gating them.
 """
 from __future__ import annotations
 
@@ -25,7 +27,6 @@ import pytest
 from perfgate import benchmark_bridge
 from perfgate.judge.config import ConfigError
 from perfgate.judge.gate import evaluate
-from perfgate.judge.policy import GATE_MODES
 from perfgate.judge.verdict import Outcome, fails
 from perfgate.machine import hardware
 from perfgate.machine.hardware_id import HardwareIdError
@@ -34,6 +35,7 @@ from perfgate.recorder import PerfRecorder
 from perfgate.report import outputs, run_report
 from perfgate.report.textable import resolve_width
 from perfgate.runcache import RunCache
+from perfgate.options import pytest_addoption  # noqa: F401 (a pytest hook: pytest finds it by name here)
 from perfgate.session import WORKER_KEY, PerfState
 from perfgate.store import interrupts
 from perfgate.store.baselines import BaselineError
@@ -46,52 +48,11 @@ _PROP = "perfgate.store.results"
 _ATTACH = "perfgate.attachments"
 _PERF_TEST = "perfgate.perf_test"  # marks a test that uses the perf fixture, for the controller
 _RESULTS = pytest.StashKey[list]()
+_TAINT = pytest.StashKey[list]()  # why this test's numbers were measured on a busy machine (load_watch)
 
 
 class PerfRegression(AssertionError):
     """Raised into a test whose gated metric regressed; pytest shows it as the failure."""
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    g = parser.getgroup("perfgate", "performance regression gates")
-    g.addoption("--perf-baselines", metavar="DIR", help="baseline folder (default: [tool.perfgate] baselines)")
-    g.addoption("--perf-save", metavar="PATH", help="write this run's results as JSON")
-    g.addoption("--perf-refresh", action="store_true",
-                help="write this run's results as baselines for the current hardware id (the checks of "
-                     "`perfgate refresh`: a committed tree, no test-only mutation, one workload)")
-    g.addoption("--perf-allow-dirty", action="store_true",
-                help="with --perf-refresh: accept a tree with uncommitted changes (its diff hash is the provenance)")
-    g.addoption("--perf-allow-other-workload", action="store_true",
-                help="with --perf-refresh: replace stored baselines that measured another workload")
-    g.addoption("--perf-retries", type=int, metavar="N", help="re-measure a suspected regression up to N times")
-    g.addoption("--perf-strict", action="store_true", help="fail on 'noisy' verdicts too")
-    g.addoption("--perf-markdown", metavar="PATH", help="write a Markdown summary (for CI job summaries)")
-    g.addoption("--perf-table", choices=run_report.TABLE_CHOICES, default="attention",
-                help="which rows the terminal report lists: attention (default: regression, noisy, new, "
-                     "improved, tainted), all (every metric), off (verdict and per-area counts only)")
-    g.addoption("--perf-gate", choices=GATE_MODES,
-                help="which metrics can fail a test: auto (ratios; absolute ones on GPU ids), all, ratios")
-    g.addoption("--perf-hardware-id", metavar="ID", help="override the detected hardware id")
-    g.addoption("--perf-history", metavar="DIR", help="also append this run's results to DIR (one JSON per run)")
-    g.addoption("--perf-budget", type=float, metavar="MINUTES",
-                help="stop starting new tests once this many minutes are spent; report the rest")
-    g.addoption("--perf-allow-tainted", action="store_true",
-                help="gate metrics even when the preflight check found the machine busy or throttled")
-    g.addoption("--perf-preflight", choices=("auto", "on", "off"), default="auto",
-                help="check the machine is quiet before measuring (perfgate.machine.preflight); results of a busy "
-                     "machine are labelled tainted and not gated. auto: on for GPU hardware ids")
-    g.addoption("--perf-progress", type=_progress_interval, default=30.0, metavar="SECONDS",
-                help="print a progress line with the estimated time left at most every SECONDS "
-                     "(0: after every test; 'off': never). Default 30")
-
-
-def _progress_interval(text: str) -> float | None:
-    if text.strip().lower() == "off":
-        return None
-    value = float(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -188,15 +149,17 @@ def runs(request: pytest.FixtureRequest) -> RunCache:
     return request.config.stash[_STATE].runs
 
 
-def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool) -> list[MetricResult]:
+def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool, watched: list[str]) -> list[MetricResult]:
+    """``watched``: why the machine was busy while this test measured (load_watch), beside the preflight's."""
+    tainted = state.tainted + [r for r in watched if r not in state.tainted]
     out = []
-    context = state.context()
+    context = state.context(tainted)
     for name, metric in rec.metrics.items():
         choice = state.chooser.choose(rec.test_id, name, dependency=metric.dependency)
         r = evaluate(rec.test_id, metric, choice, context, samples=rec.pooled(name) if pooled else None,
                      attempts=len(rec.attempts), workload=rec.workload)
-        if state.allow_tainted and state.tainted:
-            r.tainted = list(state.tainted)  # gated as asked, still labelled (and kept out of refreshes)
+        if state.allow_tainted and tainted:
+            r.tainted = list(tainted)  # gated as asked, still labelled (and kept out of refreshes)
         out.append(r)
     return out
 
@@ -222,21 +185,31 @@ def _recorder(item: pytest.Item) -> PerfRecorder | None:
 
 
 def _judge(item: pytest.Item, state: PerfState):
-    result = yield
+    if _recorder(item) is None and "perf" not in getattr(item, "fixturenames", ()):
+        return (yield)
+    try:  # taint: the machine was busy in this call's own window, or in the launches it read (runcache)
+        with state.watch.window() as window:
+            result = yield
+    finally:  # also when the body failed after recording: makereport judges what it kept
+        item.stash[_TAINT] = window.reasons + state.runs.taint_of(item.nodeid)
     rec = _recorder(item)
     if not isinstance(rec, PerfRecorder) or not rec.metrics:
         return result
     try:
-        evaluated = _evaluate(state, rec, pooled=False)
+        watched = item.stash[_TAINT]
+        evaluated = _evaluate(state, rec, pooled=False, watched=watched)
         attempt = 0
         while any(_suspect(r) for r in evaluated) and attempt < state.settings.retries:
             attempt += 1
             rec.new_attempt()
             state.runs.invalidate(item.nodeid)  # the re-run measures afresh what this test read
-            item.runtest()  # re-measure: the same test body, a fresh set of samples
-            evaluated = _evaluate(state, rec, pooled=False)
+            with state.watch.window() as window:
+                item.runtest()  # re-measure: the same test body, a fresh set of samples
+            again = window.reasons + state.runs.taint_of(item.nodeid)
+            evaluated = _evaluate(state, rec, pooled=False, watched=again)
+            watched = watched + [r for r in again if r not in watched]
         if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:
-            evaluated = _evaluate(state, rec, pooled=True)
+            evaluated = _evaluate(state, rec, pooled=True, watched=watched)  # every attempt's samples
     except (BaselineError, ValueError) as exc:
         raise PerfRegression(f"perfgate could not compare: {exc}") from None
     item.stash[_RESULTS] = evaluated
@@ -259,7 +232,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             # The test body failed after recording: keep what it measured, marked unjudged.
             state = item.config.stash[_STATE]
             try:
-                evaluated = _evaluate(state, rec, pooled=False)
+                evaluated = _evaluate(state, rec, pooled=False, watched=item.stash.get(_TAINT, []))
             except (BaselineError, ValueError):
                 evaluated = None
         if evaluated:

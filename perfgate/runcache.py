@@ -10,10 +10,17 @@ Re-measurement: the plugin re-runs a test whose gated metric looks like a regres
 it does, it calls :meth:`RunCache.invalidate` for that test, which drops exactly the entries
 the test read, so the re-run produces fresh samples for them (and only them); tests that run
 later read the fresh entries too. No test needs to know whether it is being re-measured.
+
+Taint: each producer call runs in a window of the session's LoadWatch (perfgate.machine.
+load_watch), and the reasons found there (a foreign job busy while the launch measured) stay
+with the entries it made; :meth:`RunCache.taint_of` gives a test the reasons of every entry
+it read, whether it produced them or read them from an earlier test's launch.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
+
+from perfgate.machine.load_watch import WHILE_LAUNCH, LoadWatch
 
 
 class RunCacheError(RuntimeError):
@@ -21,8 +28,10 @@ class RunCacheError(RuntimeError):
 
 
 class RunCache:
-    def __init__(self) -> None:
+    def __init__(self, watch: LoadWatch | None = None) -> None:
+        self._watch = watch or LoadWatch(enabled=False)
         self._entries: dict[Hashable, Any] = {}
+        self._taint: dict[Hashable, list[str]] = {}
         self._used: dict[str, set[Hashable]] = {}
         self._test: str | None = None
         self.produced = 0  # calls of a producer: how many launches the session paid for
@@ -40,7 +49,9 @@ class RunCache:
         self._mark([key])
         if key not in self._entries:
             self.produced += 1
-            self._entries[key] = produce()
+            with self._watch.window(WHILE_LAUNCH) as window:
+                value = produce()
+            self._entries[key], self._taint[key] = value, window.reasons
         return self._entries[key]
 
     def get_many(self, keys: Sequence[Hashable], produce: Callable[[tuple], Mapping[Hashable, Any]],
@@ -52,19 +63,26 @@ class RunCache:
         missing = tuple(dict.fromkeys(k for k in (*keys, *batch) if k not in self._entries))
         if any(k not in self._entries for k in keys):
             self.produced += 1
-            made = produce(missing)
+            with self._watch.window(WHILE_LAUNCH) as window:
+                made = produce(missing)
             lacking = [k for k in missing if k not in made]
             if lacking:
                 raise RunCacheError(f"producer returned no result for {lacking!r} (asked for {missing!r})")
             self._entries.update((k, made[k]) for k in missing)
+            self._taint.update((k, window.reasons) for k in missing)
         return [self._entries[k] for k in keys]
 
     def used_by(self, test_id: str) -> frozenset:
         return frozenset(self._used.get(test_id, ()))
+
+    def taint_of(self, test_id: str) -> list[str]:
+        """Why the entries ``test_id`` read were measured on a busy machine (empty: quiet)."""
+        return sorted({reason for key in self._used.get(test_id, ()) for reason in self._taint.get(key, ())})
 
     def invalidate(self, test_id: str) -> frozenset:
         """Drop the entries ``test_id`` read, before it is re-measured; returns their keys."""
         keys = frozenset(self._used.pop(test_id, ()))
         for key in keys:
             self._entries.pop(key, None)
+            self._taint.pop(key, None)
         return keys

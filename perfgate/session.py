@@ -17,6 +17,7 @@ from perfgate.judge.gate import Context
 from perfgate.judge.policy import GatePolicy
 from perfgate.machine import hardware
 from perfgate.machine.hardware_id import resolve_hardware_id
+from perfgate.machine.load_watch import LoadWatch
 from perfgate.report.progress import SweepProgress
 from perfgate.runcache import RunCache
 from perfgate.store.baselines import BaselineStore
@@ -59,7 +60,10 @@ class PerfState:
         self.refresh_failed = False  # --perf-refresh wrote nothing (or stopped): the session must not pass
         self.save_note: str | None = None
         self.old_sigterm = None
-        self.runs = RunCache()
+        # Watched on every hardware id (also cpu-*, where the preflight is off under auto):
+        # a job that starts mid-session taints what is measured beside it.
+        self.watch = LoadWatch(enabled=opt("--perf-preflight") != "off")
+        self.runs = RunCache(self.watch)
 
     def _check_baselines(self) -> None:
         """Read every baseline file of this hardware id (and of its family, whose ratios it may
@@ -74,9 +78,11 @@ class PerfState:
     def spent_s(self) -> float:
         return time.time() - self.started_wall
 
-    def context(self) -> Context:
-        """What every metric of this session is judged with; a busy machine's taint unless
-        --perf-allow-tainted (then gated anyway, the plugin still labels the results)."""
-        return Context(self.settings, self.policy, () if self.allow_tainted else tuple(self.tainted))
+    def context(self, tainted: list[str] | None = None) -> Context:
+        """What every metric of this session is judged with: ``tainted`` (default: the preflight's
+        reasons) makes metrics not gated unless --perf-allow-tainted (then gated anyway, the plugin
+        still labels the results)."""
+        reasons = self.tainted if tainted is None else tainted
+        return Context(self.settings, self.policy, () if self.allow_tainted else tuple(reasons))
 
 

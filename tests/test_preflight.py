@@ -15,8 +15,9 @@ import time
 import psutil
 import pytest
 
-from perfgate.machine import preflight
-from perfgate.machine.preflight import CpuSample, GpuProcess, GpuState, Limits
+from perfgate.machine import cpu_use, preflight
+from perfgate.machine.cpu_use import CpuSample
+from perfgate.machine.preflight import GpuProcess, GpuState, Limits
 
 GiB = 1 << 30
 LIMITS = Limits()
@@ -106,8 +107,21 @@ def test_busy_host_taints():
     assert "0.5 GiB of 24.0 GiB" in preflight.memory_reasons(GiB // 2, 24 * GiB, LIMITS)[0]
     sample = CpuSample(cores=2, busy_cores=2.0, own_cores=0.2, steal_fraction=0.25)
     reasons = preflight.cpu_reasons(sample, LIMITS)
-    assert any("1.8 of 2 cores busy" in r for r in reasons) and any("steal 25%" in r for r in reasons)
+    assert any("foreign processes used 1.8 of 2 cores (limit 50% of cores)" in r for r in reasons)
+    assert any("steal 25%" in r for r in reasons)
     assert preflight.cpu_reasons(sample, Limits(max_foreign_cpu_fraction=None, max_steal_fraction=0.5)) == []
+
+
+def test_foreign_use_while_measuring_has_a_lower_limit_and_names_the_processes():
+    """One hog beside two busy ranks on 2 cores gets ~0.7 of a core: fine before the session (our
+    cores idle), a third of our CPU while measuring (perfgate.machine.load_watch)."""
+    sample = CpuSample(cores=2, busy_cores=2.0, own_cores=1.3, steal_fraction=0.0,
+                       top_foreign=(("stress", 4242, 0.5),))
+    assert preflight.cpu_reasons(sample, LIMITS) == []
+    assert preflight.cpu_reasons(sample, LIMITS, during=" while this test measured") == [
+        "foreign processes used 0.7 of 2 cores while this test measured (limit 25% of cores): "
+        "stress (pid 4242) 0.5, 0.2 in short-lived or smaller processes"]
+    assert preflight.cpu_reasons(sample, Limits(max_foreign_cpu_fraction_while_measuring=None), during=" x") == []
 
 
 def test_limits_are_validated():
@@ -141,7 +155,7 @@ def test_our_own_children_are_counted_as_ours():
     try:
         time.sleep(0.3)
         before = _cpu_s(child.pid)
-        sample = preflight.sample_cpu(1.0)
+        sample = cpu_use.sample_cpu(1.0)
         burned = _cpu_s(child.pid) - before  # what the child really got, whatever the load
         assert burned > 0.02, "the child never ran"
         assert sample.own_cores >= 0.7 * burned, (sample, burned)
@@ -160,15 +174,15 @@ def test_orphaned_busy_process_is_foreign_load():
     pid = int(launcher.stdout.readline())
     launcher.wait()
     try:
-        assert pid not in preflight.own_pids()
+        assert pid not in cpu_use.own_pids()
         time.sleep(0.3)
         before = _cpu_s(pid)
-        sample = preflight.sample_cpu(1.0)
+        sample = cpu_use.sample_cpu(1.0)
         burned = _cpu_s(pid) - before
         assert burned > 0.02, "the burner never ran"
         assert sample.foreign_cores >= 0.7 * burned, (sample, burned)
         reasons = preflight.cpu_reasons(sample, Limits(max_foreign_cpu_fraction=0.5 * burned / sample.cores))
-        assert reasons and "other processes kept" in reasons[0]
+        assert reasons and "foreign processes used" in reasons[0]
     finally:
         try:
             os.kill(pid, signal.SIGKILL)

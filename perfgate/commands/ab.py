@@ -212,7 +212,8 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(f"  {r.test_id.split('::', 1)[-1]} {r.metric}: {r.verdict['outcome']}: {r.verdict['explanation']}")
     if tainted:
-        print(f"  note: the preflight marked these runs tainted (busy machine): {', '.join(tainted)}")
+        print(f"  note: the machine was busy (before the session or while measuring) in these runs, "
+              f"their metrics tainted: {', '.join(tainted)}")
     regressions = [r for r in results if r.outcome == "regression"]
     if args.save:
         doc = results_mod.make_document(results, hardware_id=hardware_id,

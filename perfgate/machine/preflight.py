@@ -13,19 +13,21 @@ tainted for having 2 cores, only for being busy with work that is not ours.
 Readings are split from judgements: ``read_*`` functions touch NVML, /proc and /sys;
 ``*_reasons`` functions are pure and take those readings, so the judgement logic is
 tested with exact numbers.
+
+The same CPU readings (``read_cpu_counters``: cumulative counters, subtracted into a
+``CpuUse``) also watch the machine *while* tests measure: perfgate.machine.load_watch.
 """
 from __future__ import annotations
 
 import contextlib
 import glob
 import os
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
 
-from perfgate.launch.core import tree_pids
+from perfgate.machine.cpu_use import CpuSample, own_pids, proc_name, sample_cpu, usable_cores
 
 GiB = 1 << 30
 
@@ -64,6 +66,12 @@ class Limits:
     min_free_mem_fraction: float = 0.05      # ... or below this share of RAM
     max_load_per_core: float = 3.0           # 1-min load average / cores; counts our own recent work too
     max_foreign_cpu_fraction: float | None = 0.5  # cores busy with processes not ours / cores; None: skip
+    # ... while a test measures (perfgate.machine.load_watch). Lower than before the session:
+    # then our cores are idle and a foreign job takes a free one; while our ranks fill the
+    # cores, the scheduler gives a foreign job only its fair share (one hog beside two busy
+    # ranks on 2 cores gets ~0.7 of a core), and every bit of that share was taken from us.
+    max_foreign_cpu_fraction_while_measuring: float | None = 0.25
+    min_watched_s: float = 0.5               # judge a window that lasted this long, with this much CPU of ours
     max_steal_fraction: float = 0.10         # hypervisor steal / elapsed CPU time (noisy neighbour)
     cpu_sample_s: float = 0.3                # how long the CPU sample watches
     ignore_pids: frozenset[int] = field(default_factory=frozenset)
@@ -73,6 +81,8 @@ class Limits:
             raise ValueError(f"governor_check must be 'always', 'gpu' or 'never', got {self.governor_check!r}")
         if self.cpu_sample_s <= 0:
             raise ValueError(f"cpu_sample_s must be > 0, got {self.cpu_sample_s}")
+        if self.min_watched_s < 0:
+            raise ValueError(f"min_watched_s must be >= 0, got {self.min_watched_s}")
 
 
 # ---------------------------------------------------------------- readings
@@ -99,37 +109,6 @@ class GpuState:
     max_sm_clock_mhz: int | None = None
 
 
-@dataclass(frozen=True)
-class CpuSample:
-    """System-wide and own-process CPU use over a short window, in cores."""
-
-    cores: int
-    busy_cores: float        # all non-idle time, system-wide
-    own_cores: float         # this process tree's share of it
-    steal_fraction: float    # steal / all CPU time in the window
-
-    @property
-    def foreign_cores(self) -> float:
-        return max(0.0, self.busy_cores - self.own_cores)
-
-
-def own_pids() -> set[int]:
-    """Our process tree: this process and its descendants; under xdist, the controller's tree."""
-    with contextlib.suppress(psutil.Error):
-        root = psutil.Process()
-        if os.environ.get("PYTEST_XDIST_WORKER") and root.parent() is not None:
-            root = root.parent()  # sibling workers are ours too
-        return tree_pids(root.pid)
-    return {os.getpid()}
-
-
-def _proc_name(pid: int) -> str:
-    try:
-        return psutil.Process(pid).name()
-    except psutil.Error:
-        return "?"  # another PID namespace (a container) or already gone
-
-
 def read_gpus() -> list[GpuState]:
     """NVML readings for every GPU; empty on a machine without NVML or GPUs."""
     try:
@@ -146,7 +125,7 @@ def read_gpus() -> list[GpuState]:
                 with contextlib.suppress(Exception):
                     for p in getattr(pynvml, getter)(h):
                         used = getattr(p, "usedGpuMemory", None)
-                        procs[p.pid] = GpuProcess(p.pid, used if isinstance(used, int) else None, _proc_name(p.pid))
+                        procs[p.pid] = GpuProcess(p.pid, used if isinstance(used, int) else None, proc_name(p.pid))
             bits = 0
             for getter in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
                 try:
@@ -180,35 +159,6 @@ def read_governors(sysfs: str | os.PathLike = "/sys") -> dict[int, str]:
         with contextlib.suppress(OSError):
             out[cpu] = Path(path).read_text().strip()
     return dict(sorted(out.items()))
-
-
-def _cpu_seconds_of(pids: set[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system
-    return total
-
-
-def sample_cpu(interval_s: float, ignore: set[int] | frozenset[int] = frozenset()) -> CpuSample:
-    """Watch the CPUs for ``interval_s``: system-wide busy time minus what our own tree used.
-
-    System-wide counters also catch short-lived processes that start and end inside the
-    window, which sampling each process would miss."""
-    mine = own_pids() | set(ignore)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    t0, own0, w0 = psutil.cpu_times(), _cpu_seconds_of(mine), time.monotonic()
-    time.sleep(interval_s)
-    t1, own1, w1 = psutil.cpu_times(), _cpu_seconds_of(mine), time.monotonic()
-    delta = {k: getattr(t1, k) - getattr(t0, k) for k in t0._fields}
-    all_time = sum(v for k, v in delta.items() if k not in ("guest", "guest_nice")) or 1e-9
-    idle = delta.get("idle", 0.0) + delta.get("iowait", 0.0)
-    steal = delta.get("steal", 0.0)
-    elapsed = max(w1 - w0, 1e-9)
-    busy = max(0.0, all_time - idle - steal) / elapsed  # in cores, system-wide
-    return CpuSample(cores=cores, busy_cores=busy, own_cores=max(0.0, own1 - own0) / elapsed,
-                     steal_fraction=steal / all_time)
 
 
 # ---------------------------------------------------------------- judgements (pure)
@@ -268,14 +218,20 @@ def load_reasons(load1: float, cores: int, limits: Limits) -> list[str]:
     return []
 
 
-def cpu_reasons(sample: CpuSample, limits: Limits) -> list[str]:
+def cpu_reasons(sample: CpuSample, limits: Limits, *, during: str = "") -> list[str]:
+    """Foreign CPU use and steal. ``during`` (" while this test measured") says it was watched
+    while measuring: the tighter foreign limit applies (Limits.max_foreign_cpu_fraction_while_measuring)."""
     reasons = []
-    if limits.max_foreign_cpu_fraction is not None and \
-            sample.foreign_cores > limits.max_foreign_cpu_fraction * sample.cores:
-        reasons.append(f"other processes kept {sample.foreign_cores:.1f} of {sample.cores} cores busy "
-                       f"(limit {limits.max_foreign_cpu_fraction:.0%} of cores)")
+    limit = limits.max_foreign_cpu_fraction_while_measuring if during else limits.max_foreign_cpu_fraction
+    if limit is not None and sample.foreign_cores > limit * sample.cores:
+        named = [f"{name} (pid {pid}) {cores:.1f}" for name, pid, cores in sample.top_foreign]
+        gone = sample.foreign_cores - sum(cores for _, _, cores in sample.top_foreign)
+        if gone >= 0.1:  # system-wide counters see them; no process is left to name
+            named.append(f"{gone:.1f} in short-lived or smaller processes")
+        reasons.append(f"foreign processes used {sample.foreign_cores:.1f} of {sample.cores} cores{during} "
+                       f"(limit {limit:.0%} of cores): " + ", ".join(named))
     if sample.steal_fraction > limits.max_steal_fraction:
-        reasons.append(f"hypervisor steal {sample.steal_fraction:.0%} of CPU time (noisy neighbour; "
+        reasons.append(f"hypervisor steal {sample.steal_fraction:.0%} of CPU time{during} (noisy neighbour; "
                        f"limit {limits.max_steal_fraction:.0%})")
     return reasons
 
@@ -296,9 +252,8 @@ def taint_reasons(limits: Limits | None = None, **overrides) -> list[str]:
     reasons += governor_reasons(read_governors(), limits, have_gpus=bool(gpus))
     vm = psutil.virtual_memory()
     reasons += memory_reasons(vm.available, vm.total, limits)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     with contextlib.suppress(OSError, AttributeError):
-        reasons += load_reasons(psutil.getloadavg()[0], cores, limits)
+        reasons += load_reasons(psutil.getloadavg()[0], usable_cores(), limits)
     reasons += cpu_reasons(sample_cpu(limits.cpu_sample_s, limits.ignore_pids), limits)
     return reasons
 

@@ -148,12 +148,26 @@ def _refresh(config: pytest.Config, state: PerfState, doc: dict) -> None:
     state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
 
 
+WATCHED_NOTE_TESTS = 5  # tests named in the busy-while-measuring note; the rest are counted
+
+
 def report_notes(state: PerfState) -> list[str]:
     """What qualifies the run's verdict (a busy machine), said right under it."""
     notes = []
+    gate_note = "gated anyway (--perf-allow-tainted)" if state.allow_tainted else \
+        "not gated (--perf-allow-tainted to gate anyway)"
     if state.tainted:
-        gate_note = "gated anyway (--perf-allow-tainted)" if state.allow_tainted else \
-            "not gated (--perf-allow-tainted to gate anyway)"
         notes.append(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted))
+    watched: dict[str, list[str]] = {}  # found by perfgate.machine.load_watch while a test measured
+    for r in state.results:
+        if any(t not in state.tainted for t in r.tainted):
+            watched.setdefault(r.test_id, [t for t in r.tainted if t not in state.tainted])
+    if watched:
+        named = [f"{run_report.short_id(t)}: {'; '.join(reasons)}" for t, reasons in
+                 list(watched.items())[:WATCHED_NOTE_TESTS]]
+        more = len(watched) - len(named)
+        notes.append(f"{len(watched)} test(s) measured while the machine was busy, their metrics tainted and "
+                     f"{gate_note}: " + "; ".join(named)
+                     + (f"; and {more} more (each result's reasons are in its 'tainted')" if more else ""))
     notes.extend(baseline_notes(state.results, state.hardware_id))  # fallback baselines, fingerprint changes
     return notes
