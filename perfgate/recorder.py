@@ -6,6 +6,7 @@ test can never contain its own pass/fail logic for a performance number.
 from __future__ import annotations
 
 import json
+import numbers
 import time
 from typing import Any, Callable, Sequence
 
@@ -49,9 +50,13 @@ class PerfRecorder:
             raise MetricError(f"metric name must be a non-empty string, got {name!r}")
         if name in self.metrics:
             raise MetricError(f"{self.test_id}: metric {name!r} recorded twice in one run")
-        if isinstance(samples, (int, float)):
-            samples = [samples]
-        metric = Metric(name=name, unit=unit, better=better, summary=summarize(samples), tol=tol)
+        if isinstance(samples, numbers.Real) and not isinstance(samples, bool):
+            samples = [samples]  # one measurement (a deterministic count, a ratio computed once)
+        try:
+            summary = summarize(samples)
+        except MetricError as exc:
+            raise MetricError(f"{self.test_id}: metric {name!r}: {exc}") from None
+        metric = Metric(name=name, unit=unit, better=better, summary=summary, tol=tol)
         self.metrics[name] = metric
         return metric
 

@@ -11,7 +11,6 @@ evidence than a report of another one.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from perfgate.judge.config import load_settings
 from perfgate.judge.metrics import Summary
 from perfgate.report.run_report import fmt_number, short_id
 from perfgate.report.textable import Column, render, stdout_width
+from perfgate.store.readers import Checker, read_json
 from perfgate.store.results import area_of
 
 
@@ -75,19 +75,22 @@ class Seed:
 
 def load_seed(path: Path = DEFAULT_SEED) -> Seed:
     """Read a seed file; a missing or malformed one is a one-line error naming the file and the key."""
+    fix = "restore it from git or pass --seed PATH"
+    try:  # the one reader: size cap, regular files only, no nesting bomb (perfgate.store.readers)
+        doc = read_json(Path(path), fix=fix, error=ValueError)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such seed file; {fix}") from None
+    c = Checker(Path(path), fix=fix, error=ValueError)  # each value finite, each n a whole count of runs
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
         name, short = doc["seed"], doc["seed_short"]
         numbers = tuple(SeedNumber(**{k: n[k] for k in ("test_id", "metric", "unit", "better", "section", "what")},
-                                   value=float(n["value"]), n=int(n["n"]), seed=name, seed_short=short)
-                        for n in doc["numbers"])
+                                   value=c.number(n["value"], f"numbers[{i}].value"),
+                                   n=c.integer(n["n"], f"numbers[{i}].n", minimum=1), seed=name, seed_short=short)
+                        for i, n in enumerate(doc["numbers"]))
         return Seed(name=name, short_name=short, seed_file=doc["seed_file"], hardware_id=doc["hardware_id"],
                     when=doc["when"], fingerprint=doc["fingerprint"], software_by_area=doc["software_by_area"],
                     numbers=numbers, not_imported=tuple(tuple(x) for x in doc.get("not_imported", ())),
                     pending_test_files=tuple(doc.get("pending_test_files", ())))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the seed file ({exc}); restore it from git "
-                         "or pass --seed PATH") from None
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{path}: malformed seed file (missing or wrong key {exc}); "
                          "restore it from git") from None
