@@ -7,6 +7,8 @@ plugin during a run and by `perfgate compare` on saved results, so both agree.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from perfgate.judge import guard, run_noise
 from perfgate.store.baselines import BaselineEntry
 from perfgate.judge.config import ABS_FLOORS, ConfigError, Settings
@@ -88,11 +90,15 @@ def evaluate(test_id: str, metric: Metric, entry: BaselineEntry | None, *, setti
         exact = entry.provenance.startswith("measured") and is_exact(entry.summary.samples, entry.summary.n, values)
         base_median = entry.summary.median if few and not exact else None
         runs = [RunSummary.from_dict(r) for r in entry.runs]
+        capped = None
         if len(runs) >= run_noise.MIN_RUNS and not exact:  # between-run model: vs the run medians, tol >= k x spread
+            capped = run_noise.cap_note(tol, runs, absolute=absolute)
             tol = run_noise.effective_tolerance(tol, runs, absolute=absolute)
             base_median = run_noise.center(runs)
         verdict = decide(list(entry.summary.samples), values, better=metric.better, tol=tol, absolute_tol=absolute,
                          abs_floor=ABS_FLOORS.get(metric.unit, 0.0), baseline_median=base_median, exact=exact)
+        if capped:
+            verdict = replace(verdict, explanation=f"{verdict.explanation}; {capped}")
     gated = (is_gated(metric.unit, hardware_id, settings.gate) and not tainted
              and (settings.gate == "all" or settings.record_only_reason(test_id, metric.name) is None))
     if (entry is not None and not gated and not tainted and not fallback and metric.family != "fraction"
