@@ -10,6 +10,8 @@ import numbers
 import time
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
 from perfgate.judge.metrics import Metric, MetricError, summarize
 
 
@@ -50,7 +52,7 @@ class PerfRecorder:
             raise MetricError(f"metric name must be a non-empty string, got {name!r}")
         if name in self.metrics:
             raise MetricError(f"{self.test_id}: metric {name!r} recorded twice in one run")
-        if isinstance(samples, numbers.Real) and not isinstance(samples, bool):
+        if isinstance(samples, (numbers.Number, np.bool_)):  # a boolean too: refused as a sample, by name
             samples = [samples]  # one measurement (a deterministic count, a ratio computed once)
         try:
             summary = summarize(samples)

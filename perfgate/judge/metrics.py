@@ -76,7 +76,7 @@ class Summary:
 def sample_value(x: object) -> float:
     """One measurement as a float: a real number (numpy scalars and 0-d tensors included), finite and
     of sane magnitude. A boolean, a string or None is a bug in the test, not a measurement."""
-    if isinstance(x, (bool, str, bytes)) or x is None or type(x).__name__ == "bool_":
+    if isinstance(x, (bool, np.bool_, str, bytes)) or x is None:
         raise MetricError(f"sample {x!r} is not a number: record measured values (floats or ints)")
     try:
         value = float(x)

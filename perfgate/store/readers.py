@@ -60,11 +60,12 @@ def _read_bytes(path: Path, *, fix: str, error: type[ValueError]) -> bytes:
         raise
     except OSError as exc:
         raise error(f"{path}: cannot read it ({exc.strerror or exc}); {fix}") from None
+    mode = os.fstat(fd).st_mode
+    kind = next((word for test, word in _NOT_REGULAR if test(mode)), None if stat.S_ISREG(mode) else "not a file")
+    if kind is not None:
+        os.close(fd)
+        raise error(f"{path}: is {kind}, not a regular file; give the path of a file; {fix}")
     with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fd).st_mode
-        kind = next((word for test, word in _NOT_REGULAR if test(mode)), None if stat.S_ISREG(mode) else "not a file")
-        if kind is not None:
-            raise error(f"{path}: is {kind}, not a regular file; give the path of a file; {fix}")
         try:
             data = fh.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
