@@ -14,8 +14,10 @@ run; long sweeps print a progress line with an estimate of the time left.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import difflib
+import math
 import re
 import signal
 import threading
@@ -30,7 +32,7 @@ from perfgate.machine.hardware_id import HardwareIdError
 from perfgate.machine.markers import MARKERS, missing_requirements
 from perfgate.recorder import PerfRecorder
 from perfgate.report import outputs, run_report
-from perfgate.report.textable import resolve_width
+from perfgate.report.textable import printable, resolve_width
 from perfgate.runcache import RunCache
 from perfgate.session import WORKER_KEY, PerfState, check_mutations, preflight_enabled
 from perfgate.store import interrupts
@@ -79,11 +81,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _progress_interval(text: str) -> float | None:
+    """SECONDS >= 0 or 'off'; anything else names what is allowed (argparse alone said
+    "invalid _progress_interval value")."""
     if text.strip().lower() == "off":
         return None
-    value = float(text)
-    if value < 0:
-        raise ValueError(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give seconds between progress lines as a "
+                                         f"number >= 0 (0: after every test), or 'off'")
     return value
 
 
@@ -225,7 +233,7 @@ def _judge(item: pytest.Item, state: PerfState):
         if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:
             evaluated = _evaluate(state, rec, pooled=True)
     except (BaselineError, ValueError) as exc:
-        raise PerfRegression(f"perfgate could not compare: {exc}") from None
+        raise PerfRegression(printable(f"perfgate could not compare: {exc}")) from None
     item.stash[_RESULTS] = evaluated
     failing = [r for r in evaluated if r.gated and fails(Outcome(r.outcome), strict=state.strict)]
     if failing:
@@ -375,7 +383,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                       f"`pytest --perf-refresh ...` or `perfgate refresh RESULTS.json`")
     if state.skipped_by_budget:
         tr.write_line(f"perf budget spent: {len(state.skipped_by_budget)} test(s) not run: "
-                      + ", ".join(state.skipped_by_budget))
+                      + printable(", ".join(state.skipped_by_budget)))
     if state.refresh_note:
         tr.write_line(state.refresh_note, red=state.refresh_failed)
     if state.save_note:
