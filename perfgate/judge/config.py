@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfgate.judge.metrics import MAX_TOLERANCE
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.store.readers import ReadError, read_toml
 from perfgate.store.safe_paths import inside_root
@@ -59,8 +60,11 @@ class Settings:
 def _number(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}: tolerance must be a number like 0.05, got {value!r}")
-    if value < 0 or value > 1e300 or not math.isfinite(value):
+    if value < 0 or not math.isfinite(value):
         raise ConfigError(f"{where}: tolerance must be a non-negative finite number, got {value!r}")
+    if value > MAX_TOLERANCE:  # one that wide lets any change pass: record_only says so honestly
+        raise ConfigError(f"{where}: tolerance must be at most {MAX_TOLERANCE:g} ({MAX_TOLERANCE:.0%}), got "
+                          f"{value!r}; a metric that noisy belongs under [record_only] with the reason")
     return float(value)
 
 
