@@ -362,3 +362,10 @@ def test_results_of_a_run_carry_the_baseline_median(tmp_path):
     row = next(line for line in md.read_text().splitlines() if f"| {METRIC} |" in line)
     assert "| 0.400 | 2.830 | ms |" in row, row
     assert _result(CURRENT_SAMPLES, runs=False)["results"][0]["summary"]["median"] == 2.83
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
+def test_perf_budget_must_be_a_positive_finite_number(pytester, value):
+    res = pytester.runpytest(f"--perf-budget={value}", f"--perf-hardware-id={HW}", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"--perf-budget must be a positive number of minutes, got {float(value)}" in one_line(res.stderr.str())
