@@ -14,6 +14,7 @@ from pathlib import Path
 
 from perfgate.store import interrupts
 from perfgate.report import trends
+from perfgate.report.textable import printable
 from perfgate.store.baselines import BaselineStore
 from perfgate.judge.config import load_settings
 from perfgate.machine.hardware_id import check_hardware_id
@@ -145,7 +146,7 @@ def plot_family(series: list[trends.Series], steps: list[trends.StepChange], run
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    return printable(text).replace("|", "\\|")
 
 
 def render(history: Path, out: Path, *, store: BaselineStore | None, hardware_id: str | None = None,
@@ -184,7 +185,7 @@ def render(history: Path, out: Path, *, store: BaselineStore | None, hardware_id
         for st in sorted(steps, key=lambda x: (not x.worse, x.series.test_id)):
             s = st.series
             change = f"{st.change:+.3f}" if s.absolute else f"{st.change:+.1%}"
-            lines.append(f"| {s.hardware_id} | `{_md_escape(s.test_id)}` | {s.metric} | {st.point.created} "
+            lines.append(f"| {s.hardware_id} | `{_md_escape(s.test_id)}` | {_md_escape(s.metric)} | {st.point.created} "
                          f"`{st.point.commit or '?'}` | {st.before:.4g} | {st.after:.4g} | {change} | "
                          f"{'**worse**' if st.worse else 'better'} | {st.length} runs |")
     else:
@@ -217,5 +218,5 @@ def run(args: argparse.Namespace) -> int:
                                    noise_k=args.noise_k)
     print(f"wrote {page} and {len(pngs)} plot(s) in {out}")
     for st in steps:
-        print(("WORSE " if st.worse else "better ") + st.describe())
+        print(printable(("WORSE " if st.worse else "better ") + st.describe()))  # ids from files: escaped
     return 1 if args.fail_on_worse_step and any(st.worse for st in steps) else 0
