@@ -360,3 +360,11 @@ def test_tolerances_files_are_checked_at_the_reader(tmp_path, value, says):
     path.unlink()
     with pytest.raises(ConfigError, match=re.escape(says)):
         load_settings(tmp_path, hardware_id=HW)
+
+
+def test_calibrate_never_proposes_a_tolerance_the_readers_refuse():
+    from perfgate.commands import calibrate as cal
+    from perfgate.judge.metrics import MAX_TOLERANCE
+
+    assert cal.propose(50.0, k=3, floor=0.02) == MAX_TOLERANCE
+    assert cal.propose(math.inf, k=3, floor=0.02) is None and cal.propose(math.nan, k=3, floor=0.02) is None
