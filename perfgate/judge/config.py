@@ -60,7 +60,7 @@ class Settings:
 def _number(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}: tolerance must be a number like 0.05, got {value!r}")
-    if value < 0 or not math.isfinite(value):
+    if value < 0 or (isinstance(value, float) and not math.isfinite(value)):  # (an int has no NaN)
         raise ConfigError(f"{where}: tolerance must be a non-negative finite number, got {value!r}")
     if value > MAX_TOLERANCE:  # one that wide lets any change pass: record_only says so honestly
         raise ConfigError(f"{where}: tolerance must be at most {MAX_TOLERANCE:g} ({MAX_TOLERANCE:.0%}), got "
