@@ -52,7 +52,7 @@ HOSTILE = [math.nan, math.inf, -math.inf, 1e300, -1e300, 1.7976931348623157e308,
 # values no numeric field may hold: every reader refuses each of them (a relative change from a
 # baseline median of 0 is infinite, so a saved verdict's change may be +-inf, never NaN)
 REFUSED = [math.nan, math.inf, 1e300, True, "1"]  # (the properties add -inf, 10**400, lists, tiny values)
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _entry() -> BaselineEntry:
@@ -211,7 +211,7 @@ def test_property_no_pass_from_a_hostile_number_in_a_baseline(key_path, value):
             assert_names_file_and_key(str(exc), path, key_path)
 
 
-@settings(FAST, max_examples=100)
+@settings(FAST, max_examples=150)
 @given(st.sampled_from(REFERENCE_PATHS + CURRENT_PATHS), st.sampled_from(HOSTILE))
 def test_property_no_pass_from_a_hostile_number_in_a_results_file(side_path, value):
     side, key_path = side_path[0], side_path[1:]
