@@ -31,8 +31,9 @@ MAD_TO_SIGMA = 1.4826  # MAD of a normal sample * this = its standard deviation
 MIN_RUNS = 3
 DEFAULT_K = 3.0
 # The most that between-run noise may widen a tolerance to: relative (100 %: a figure twice the
-# reference level), and absolute for fractions. Every gated metric of the committed baselines stays
-# below it (the widest, 1xH200 serving at C=16, reads 56 %); a configured tolerance may be wider.
+# reference level), and absolute for fractions; a configured tolerance may be wider. No gated metric
+# of the committed baselines changes tolerance: the widest widening among them is 56 % (1xH200
+# serving, C=16), bar the CPU gloo time_over_p2p ratios (110-147 %), configured at 150 %.
 MAX_NOISE_TOL = 1.0
 MAX_NOISE_TOL_ABSOLUTE = 0.5
 
