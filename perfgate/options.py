@@ -5,6 +5,9 @@ Only their declaration and value checks live here; what each does is in the plug
 """
 from __future__ import annotations
 
+import argparse
+import math
+
 import pytest
 
 from perfgate.judge.policy import GATE_MODES
@@ -47,9 +50,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _progress_interval(text: str) -> float | None:
+    """SECONDS >= 0 or 'off'; anything else names what is allowed (argparse alone said
+    "invalid _progress_interval value")."""
     if text.strip().lower() == "off":
         return None
-    value = float(text)
-    if value < 0:
-        raise ValueError(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give seconds between progress lines as a "
+                                         f"number >= 0 (0: after every test), or 'off'")
     return value

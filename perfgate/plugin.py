@@ -33,7 +33,7 @@ from perfgate.machine.hardware_id import HardwareIdError
 from perfgate.machine.markers import MARKERS, missing_requirements
 from perfgate.recorder import PerfRecorder
 from perfgate.report import outputs, run_report
-from perfgate.report.textable import resolve_width
+from perfgate.report.textable import printable, resolve_width
 from perfgate.runcache import RunCache
 from perfgate.options import pytest_addoption  # noqa: F401 (a pytest hook: pytest finds it by name here)
 from perfgate.session import WORKER_KEY, PerfState
@@ -211,7 +211,7 @@ def _judge(item: pytest.Item, state: PerfState):
         if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:
             evaluated = _evaluate(state, rec, pooled=True, watched=watched)  # every attempt's samples
     except (BaselineError, ValueError) as exc:
-        raise PerfRegression(f"perfgate could not compare: {exc}") from None
+        raise PerfRegression(printable(f"perfgate could not compare: {exc}")) from None
     item.stash[_RESULTS] = evaluated
     failing = [r for r in evaluated if r.gated and fails(Outcome(r.outcome), strict=state.strict)]
     if failing:
@@ -361,7 +361,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                       f"`pytest --perf-refresh ...` or `perfgate refresh RESULTS.json`")
     if state.skipped_by_budget:
         tr.write_line(f"perf budget spent: {len(state.skipped_by_budget)} test(s) not run: "
-                      + ", ".join(state.skipped_by_budget))
+                      + printable(", ".join(state.skipped_by_budget)))
     if state.refresh_note:
         tr.write_line(state.refresh_note, red=state.refresh_failed)
     if state.save_note:

@@ -6,7 +6,10 @@ test can never contain its own pass/fail logic for a performance number.
 from __future__ import annotations
 
 import json
+import numbers
 from typing import Any, Sequence
+
+import numpy as np
 
 from perfgate.judge.metrics import Metric, MetricError, summarize
 
@@ -57,9 +60,13 @@ class PerfRecorder:
             raise MetricError(f"metric name must be a non-empty string, got {name!r}")
         if name in self.metrics:
             raise MetricError(f"{self.test_id}: metric {name!r} recorded twice in one run")
-        if isinstance(samples, (int, float)):
-            samples = [samples]
-        metric = Metric(name=name, unit=unit, better=better, summary=summarize(samples), tol=tol, depends=depends,
+        if isinstance(samples, (numbers.Number, np.bool_)):  # a boolean too: refused as a sample, by name
+            samples = [samples]  # one measurement (a deterministic count, a ratio computed once)
+        try:
+            summary = summarize(samples)
+        except MetricError as exc:
+            raise MetricError(f"{self.test_id}: metric {name!r}: {exc}") from None
+        metric = Metric(name=name, unit=unit, better=better, summary=summary, tol=tol, depends=depends,
                         device_busy=device_busy)
         self.metrics[name] = metric
         return metric

@@ -6,6 +6,7 @@ a planted-bug knob with --perf-refresh) stops the session here, before anything 
 """
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ class PerfState:
         if opt("--perf-gate"):
             self.settings.gate = opt("--perf-gate")
         budget = opt("--perf-budget")
-        if budget is not None and budget <= 0:
+        if budget is not None and not 0 < budget < math.inf:  # NaN too: it compared false and never stopped
             raise ConfigError(f"--perf-budget must be a positive number of minutes, got {budget}")
         self.budget_s = budget * 60 if budget else None
         # Wall clock, so that xdist workers can count the budget from the controller's start.

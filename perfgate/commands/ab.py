@@ -43,11 +43,13 @@ def register(sub) -> None:
     p.add_argument("--b-python", type=Path, help="interpreter for B (default: this one)")
     p.add_argument("--a-env", action="append", default=[], metavar="K=V", help="environment variable for A (repeat)")
     p.add_argument("--b-env", action="append", default=[], metavar="K=V", help="environment variable for B (repeat)")
-    p.add_argument("--rounds", type=int, default=8, help="rounds of A+B (default 8; at least 3)")
+    p.add_argument("--rounds", type=int, default=8, help=f"rounds of A+B (default 8): an even number (each side goes first in half of "
+                        f"them), at least {ab_stats.MIN_ROUNDS + ab_stats.MIN_ROUNDS % 2}")
     p.add_argument("--threshold", type=float, default=ab_stats.DEFAULT_THRESHOLD,
                    help="a regression's whole interval lies beyond this worsening (default 0.03 = 3%%)")
     p.add_argument("--confidence", type=float, default=ab_stats.DEFAULT_CONFIDENCE,
-                   help="two-sided bootstrap interval level (default 0.95)")
+                   help="level of the two-sided Student t interval over rounds of the mean log ratio B/A "
+                        "(default 0.95)")
     p.add_argument("--save", type=Path, help="write the A/B results JSON here")
     p.add_argument("--keep", type=Path, help="keep each round's results JSON in this folder")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")

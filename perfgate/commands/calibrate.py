@@ -43,7 +43,7 @@ from perfgate.store.baselines import BaselineEntry, now_iso
 from perfgate.judge.config import load_settings
 from perfgate.judge.gate import tolerance
 from perfgate.machine.hardware_id import check_hardware_id
-from perfgate.judge.metrics import Metric, summarize
+from perfgate.judge.metrics import MAX_TOLERANCE, Metric, summarize
 from perfgate.report.run_report import fmt_number, short_id
 from perfgate.report.textable import Column, Line, render, stdout_width, wrap_words
 from perfgate.store.results import area_of
@@ -109,7 +109,11 @@ class Calibration:
 
 
 def propose(spread: float | None, *, k: float, floor: float) -> float | None:
-    return None if spread is None else max(floor, k * spread)
+    """k x spread, at least ``floor``, at most MAX_TOLERANCE (the readers refuse a wider one: it lets
+    any change pass); None where the spread is undefined or not finite (nothing honest to store)."""
+    if spread is None or not math.isfinite(spread):
+        return None
+    return min(MAX_TOLERANCE, max(floor, k * spread))
 
 
 def false_alarm_rate(tol: float, spread: float | None) -> float | None:
@@ -210,7 +214,7 @@ def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float
         if c.proposed is None:
             continue  # too few runs measured it: nothing honest to store
         spread = {"runs": len(c.run_medians), "run_medians": list(c.run_medians), "run_to_run": c.spread,
-                  "within_run": c.within, "k": k, "floor": fraction_floor if c.absolute else floor,
+                  "within_run": c.within if c.within is None or math.isfinite(c.within) else None, "k": k, "floor": fraction_floor if c.absolute else floor,
                   "proposed_tol": c.proposed, "absolute": c.absolute, "when": now_iso()}
         entry = BaselineEntry(unit=c.unit, better=c.better, summary=summarize(c.pooled), tol=c.proposed,
                                 provenance=f"measured: calibrate, pooled over {len(c.run_medians)} runs",

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 from rich.console import Console
 from rich.table import Table
 
 from perfgate.machine import hardware
-from perfgate.machine.hardware_id import resolve_hardware_id
+from perfgate.machine.hardware_id import check_hardware_id, resolve_hardware_id
 
 
 def register(sub) -> None:
@@ -21,6 +22,11 @@ def _mode(value) -> str:
 
 
 def run(args) -> int:
+    # the id is checked as everywhere else (it names a baseline folder): printing `../x` as this
+    # machine's id hands a path to whoever copies it into a command. The environment's first, before
+    # the slow part.
+    if os.environ.get("PERFGATE_HARDWARE_ID"):
+        check_hardware_id(os.environ["PERFGATE_HARDWARE_ID"], source="PERFGATE_HARDWARE_ID")
     fp = hardware.fingerprint()
     hw = resolve_hardware_id(detect=lambda: hardware.hardware_id(fp))  # PERFGATE_HARDWARE_ID overrides, as in a run
     if args.json:

@@ -37,7 +37,8 @@ def register(sub) -> None:
     p.add_argument("--knob", default=DEFAULT_KNOB, help=f"environment variable of the slowdown (default {DEFAULT_KNOB})")
     p.add_argument("--slowdowns", default="1.05,1.1,1.25", help="comma-separated factors (default 1.05,1.1,1.25)")
     p.add_argument("--repeats", type=int, default=5, help="A/B runs per condition (default 5)")
-    p.add_argument("--rounds", type=int, default=8, help="rounds per A/B (default 8)")
+    p.add_argument("--rounds", type=int, default=8, help=f"rounds per A/B (default 8): even, at least "
+                   f"{ab_stats.MIN_ROUNDS + ab_stats.MIN_ROUNDS % 2}, as in `perfgate ab`")
     p.add_argument("--threshold", type=float, default=ab_stats.DEFAULT_THRESHOLD, help="as in `perfgate ab`")
     p.add_argument("--confidence", type=float, default=ab_stats.DEFAULT_CONFIDENCE, help="as in `perfgate ab`")
     p.add_argument("--save", type=Path, help="write the counts as JSON here")

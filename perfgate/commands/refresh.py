@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 from perfgate.judge.config import load_settings
-from perfgate.report.escape import printable
+from perfgate.report.textable import printable
 from perfgate.store import baseline_writer, interrupts, results as results_mod, run_store
 from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineStore

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 from perfgate.commands.trends import add_detection_options, detect
+from perfgate.report.textable import printable
 from perfgate.judge.config import load_settings
 from perfgate.report import changepoints, html_page, trends
 from perfgate.store import interrupts
@@ -143,7 +144,7 @@ def plot_family(series: list[trends.Series], found: list[changepoints.ChangePoin
 
 
 def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+    return printable(text).replace("|", "\\|")
 
 
 def write_plots(out: Path, runs: list[trends.Run], series: list[trends.Series],
@@ -216,5 +217,5 @@ def run(args: argparse.Namespace) -> int:
             page.write_text(markdown_page(history, runs, found, pngs, args))
             print(f"wrote {page} and {len(pngs)} plot(s) in {out}")
     for c in found:
-        print(("WORSE " if c.worse else "better ") + c.describe())
+        print(printable(("WORSE " if c.worse else "better ") + c.describe()))  # ids from files: escaped
     return 1 if args.fail_on_worse and any(c.worse for c in found) else 0

@@ -1,4 +1,4 @@
-"""Same-machine A/B arithmetic: paired per-round ratios, a bootstrap interval, a verdict.
+"""Same-machine A/B arithmetic: paired per-round ratios, a Student t interval, a verdict.
 
 Pure functions, no I/O (`perfgate ab` in perfgate/commands/ab.py runs the rounds). Why
 paired rounds: on a shared or leased machine the level of a number drifts between runs

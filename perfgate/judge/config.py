@@ -13,6 +13,7 @@ from perfgate.judge.baseline_choice import tolerances_id
 from perfgate.judge.guard import GuardConfigError, GuardSettings, apply as apply_guard
 from perfgate.judge.patterns import PatternTable
 from perfgate.judge.policy import GATE_MODES
+from perfgate.judge.metrics import MAX_TOLERANCE
 from perfgate.store.readers import ReadError, read_toml
 from perfgate.store.safe_paths import absolute_keeping_last_link, inside_root
 
@@ -57,8 +58,11 @@ class Settings:
 def _number(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{where}: tolerance must be a number like 0.05, got {value!r}")
-    if value < 0 or value > 1e300 or not math.isfinite(value):
+    if value < 0 or (isinstance(value, float) and not math.isfinite(value)):  # (an int has no NaN)
         raise ConfigError(f"{where}: tolerance must be a non-negative finite number, got {value!r}")
+    if value > MAX_TOLERANCE:  # one that wide lets any change pass: record_only says so honestly
+        raise ConfigError(f"{where}: tolerance must be at most {MAX_TOLERANCE:g} ({MAX_TOLERANCE:.0%}), got "
+                          f"{value!r}; a metric that noisy belongs under [record_only] with the reason")
     return float(value)
 
 

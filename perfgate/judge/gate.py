@@ -7,7 +7,7 @@ run and by `perfgate compare` on saved results, so both agree.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from perfgate.judge import guard, run_noise
 from perfgate.judge.baseline_choice import Choice
@@ -98,12 +98,16 @@ def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
         exact = entry.provenance.startswith("measured") and is_exact(entry.summary.samples, entry.summary.n, values)
         base_median = entry.summary.median if few and not exact else None
         runs = [RunSummary.from_dict(r) for r in entry.runs]
+        capped = None
         if len(runs) >= run_noise.MIN_RUNS and not exact:  # between-run model: vs the run medians, tol >= k x spread
+            capped = run_noise.cap_note(tol, runs, absolute=absolute)
             tol = run_noise.effective_tolerance(tol, runs, absolute=absolute)
             base_median = run_noise.center(runs)
         verdict = decide(list(entry.summary.samples), values, better=metric.better, tol=tol, absolute_tol=absolute,
                          abs_floor=ABS_FLOORS.get(metric.unit, 0.0), baseline_median=base_median, exact=exact,
                          either_way=dependency == "nothing")
+        if capped:
+            verdict = replace(verdict, explanation=f"{verdict.explanation}; {capped}")
     gated = context.policy.gates(test_id, metric.name, dependency, tainted=bool(context.tainted))
     if (entry is not None and not gated and not context.tainted and not choice.fallback
             and metric.family != "fraction" and verdict.outcome is not Outcome.NOT_COMPARABLE):

@@ -12,6 +12,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 MAX_STORED_SAMPLES = 200
+# No measurement in any unit here comes near 1e30 (1e30 ns is 3e13 years; 1e30 B, a million
+# yottabytes): a value beyond it is a failed measurement or a crafted file, and refusing it keeps
+# every sum, mean and median of real values far from float overflow (a mean of [1e308, 1e308] is inf).
+MAX_MAGNITUDE = 1e30
+# A tolerance (relative, or absolute for fractions) above 10 (1000 %) lets any change pass: such a
+# number in a file is damage or an attack, not a choice (a metric that noisy belongs in record_only).
+MAX_TOLERANCE = 10.0
 
 # Unit -> family. The family picks the default tolerance and what the metric depends on unless it
 # says (default_depends): a ratio measured inside one run, a count, or an absolute figure.
@@ -76,7 +83,7 @@ def dependence_fields(x) -> dict:
 def unit_family(unit: str) -> str:
     try:
         return UNIT_FAMILIES[unit]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable unit such as ["ms"]
         raise MetricError(f"unknown unit {unit!r}; known units: {', '.join(sorted(UNIT_FAMILIES))}") from None
 
 
@@ -106,19 +113,43 @@ class Summary:
                    mean=float(d.get("mean", d["median"])), n=int(d.get("n", len(samples))), samples=samples)
 
 
+def sample_value(x: object) -> float:
+    """One measurement as a float: a real number (numpy scalars and 0-d tensors included), finite and
+    of sane magnitude. A boolean, a string or None is a bug in the test, not a measurement."""
+    if isinstance(x, (bool, np.bool_, str, bytes)) or x is None:
+        raise MetricError(f"sample {x!r} is not a number: record measured values (floats or ints)")
+    try:
+        value = float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise MetricError(f"sample {str(x)[:40]!r} is not a number: record measured values (floats or ints)") \
+            from None
+    if not math.isfinite(value):
+        raise MetricError(f"non-finite sample {value}: a measurement failed upstream")
+    if abs(value) > MAX_MAGNITUDE:
+        raise MetricError(f"sample {value:g} beyond any real measurement (|x| <= {MAX_MAGNITUDE:g}): "
+                          f"a measurement failed upstream, or the unit is wrong")
+    return value
+
+
 def summarize(samples: Iterable[float]) -> Summary:
-    values = [float(x) for x in samples]
+    """Median, MAD, IQR, min, max, mean of finite samples of sane magnitude (so none of them overflows)."""
+    try:
+        if isinstance(samples, (str, bytes, dict)):
+            raise TypeError
+        values = [sample_value(x) for x in samples]
+    except TypeError:  # not iterable
+        raise MetricError(f"samples must be a list of numbers, got {str(samples)[:40]!r}") from None
     if not values:
         raise MetricError("no samples: a metric needs at least one measurement")
-    bad = [x for x in values if not math.isfinite(x)]
-    if bad:
-        raise MetricError(f"non-finite samples {bad[:3]}: a measurement failed upstream")
     arr = np.asarray(values)
     med = float(np.median(arr))
     q1, q3 = np.percentile(arr, [25, 75])
-    return Summary(median=med, mad=float(np.median(np.abs(arr - med))), iqr=float(q3 - q1),
-                   min=float(arr.min()), max=float(arr.max()), mean=float(arr.mean()), n=len(values),
-                   samples=tuple(values[:MAX_STORED_SAMPLES]))
+    summary = Summary(median=med, mad=float(np.median(np.abs(arr - med))), iqr=float(q3 - q1),
+                      min=float(arr.min()), max=float(arr.max()), mean=float(arr.mean()), n=len(values),
+                      samples=tuple(values[:MAX_STORED_SAMPLES]))
+    if not all(math.isfinite(v) for v in (summary.median, summary.mad, summary.iqr, summary.mean)):
+        raise MetricError(f"the summary of {len(values)} samples is not finite: a measurement failed upstream")
+    return summary
 
 
 @dataclass(frozen=True)
@@ -137,8 +168,13 @@ class Metric:
         if self.better not in DIRECTIONS:
             raise MetricError(f"metric {self.name!r}: better must be 'higher' or 'lower', got {self.better!r}")
         unit_family(self.unit)
-        if self.tol is not None and (not isinstance(self.tol, (int, float)) or self.tol < 0 or not math.isfinite(self.tol)):
+        if self.tol is None:
+            return
+        if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float)) or not 0 <= self.tol:  # NaN too
             raise MetricError(f"metric {self.name!r}: tol must be a non-negative number, got {self.tol!r}")
+        if self.tol > MAX_TOLERANCE:
+            raise MetricError(f"metric {self.name!r}: tol must be at most {MAX_TOLERANCE:g} ({MAX_TOLERANCE:.0%}: "
+                              f"0.05 is 5 %), got {self.tol!r}")
         check_depends(self.depends, f"metric {self.name!r}")
         check_device_busy(self.device_busy, f"metric {self.name!r}")
         if self.device_busy is not None and self.dependency in MACHINE_FREE:

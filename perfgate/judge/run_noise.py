@@ -7,7 +7,10 @@ contributing run (median, within-run spread, when, commit, host identity), and:
 
 - between-run spread = 1.4826 x MAD(run medians) / median(run medians) (absolute for
   fractions), defined from MIN_RUNS runs on;
-- effective tolerance = max(configured, k x between-run spread);
+- effective tolerance = max(configured, k x between-run spread), the widening capped at
+  MAX_NOISE_TOL (100 %; 0.5 absolute): runs that disagree more than that say the metric cannot be
+  gated, and letting them widen the tolerance further lets anything pass (run medians of
+  1e-300, 1 and 1e29 made it 445 %); the verdict says when the cap applied;
 - the reference level is the median of the run medians, not of the pooled samples (a run
   with more samples must not weigh more);
 - runs whose medians disagree beyond the tolerance (one would fail against another) are not
@@ -17,6 +20,8 @@ Pure functions, no I/O; results.pool and gate.evaluate call them.
 """
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Sequence
 
@@ -25,6 +30,12 @@ import numpy as np
 MAD_TO_SIGMA = 1.4826  # MAD of a normal sample * this = its standard deviation
 MIN_RUNS = 3
 DEFAULT_K = 3.0
+# The most that between-run noise may widen a tolerance to: relative (100 %: a figure twice the
+# reference level), and absolute for fractions; a configured tolerance may be wider. No gated metric
+# of the committed baselines changes tolerance: the widest widening among them is 56 % (1xH200
+# serving, C=16), bar the CPU gloo time_over_p2p ratios (110-147 %), configured at 150 %.
+MAX_NOISE_TOL = 1.0
+MAX_NOISE_TOL_ABSOLUTE = 0.5
 
 
 @dataclass(frozen=True)
@@ -44,13 +55,26 @@ class RunSummary:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunSummary":
+        """From a checked file (perfgate.store.shapes.check_runs); a NaN median is refused here too."""
+        _finite([d["median"]], "run median")
         return cls(median=float(d["median"]), spread=d.get("spread"), n=int(d.get("n", 1)), when=d.get("when"),
                    commit=d.get("commit"), host=dict(d.get("host") or {}), file=d.get("file"))
 
 
+def _finite(values, what: str) -> None:
+    """Defence in depth: the readers refuse non-finite numbers, and no caller may bring one either
+    (a NaN reference level made every change ``pass``)."""
+    bad = [v for v in values if not isinstance(v, numbers.Real) or isinstance(v, bool) or not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"{what} {bad[0]!r} is not a finite number: the baseline is damaged; re-create it "
+                         f"with `perfgate refresh`")
+
+
 def robust_spread(values: Iterable[float], *, absolute: bool = False) -> float | None:
     """1.4826 * MAD, relative to the median unless ``absolute``; None when undefined."""
-    arr = np.asarray(list(values), dtype=float)
+    values = list(values)
+    _finite(values, "value")
+    arr = np.asarray(values, dtype=float)
     if arr.size < 2:
         return None
     med = float(np.median(arr))
@@ -94,14 +118,34 @@ def center(runs: Sequence[RunSummary]) -> float:
     """The reference level: the median of the run medians."""
     if not runs:
         raise ValueError("no runs")
+    _finite([r.median for r in runs], "run median")
     return float(np.median([r.median for r in runs]))
+
+
+def _widening(configured: float, runs: Sequence[RunSummary], k: float, absolute: bool) -> tuple[float, float]:
+    """(k x between-run spread, its cap); 0 below MIN_RUNS runs."""
+    _finite([configured, k], "tolerance")
+    spread = between_run_spread(runs, absolute=absolute)
+    return (0.0 if spread is None else k * spread), (MAX_NOISE_TOL_ABSOLUTE if absolute else MAX_NOISE_TOL)
 
 
 def effective_tolerance(configured: float, runs: Sequence[RunSummary], *, k: float = DEFAULT_K,
                         absolute: bool = False) -> float:
-    """max(configured, k x between-run spread); the configured tolerance below MIN_RUNS runs."""
-    spread = between_run_spread(runs, absolute=absolute)
-    return configured if spread is None else max(configured, k * spread)
+    """max(configured, min(k x between-run spread, the cap)); the configured tolerance below MIN_RUNS runs."""
+    wide, cap = _widening(configured, runs, k, absolute)
+    return max(configured, min(wide, cap))
+
+
+def cap_note(configured: float, runs: Sequence[RunSummary], *, k: float = DEFAULT_K,
+             absolute: bool = False) -> str | None:
+    """What the verdict says when the cap held the tolerance below the runs' noise; None otherwise."""
+    wide, cap = _widening(configured, runs, k, absolute)
+    if wide <= cap or configured >= cap:
+        return None
+    shown = (lambda x: f"{x:.3g}") if absolute else (lambda x: f"{x * 100:.0f}%")
+    return (f"the baseline's runs spread so widely that {k:g} x their spread ({shown(wide)}) would let almost any "
+            f"change pass; the tolerance is capped at {shown(cap)}: re-measure the baseline, or mark the metric "
+            f"record_only")
 
 
 def disagreement(medians: Sequence[float], *, absolute: bool = False) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Sequence
 
 from scipy import stats
@@ -35,6 +35,9 @@ class Verdict:
     tol: float
     p_value: float | None
     explanation: str
+    # the reference level the change was computed from (median of the baseline's samples, of its run
+    # medians, or its reported median): what a report shows beside the current median
+    baseline_median: float | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -101,12 +104,35 @@ def decide(
         raise ValueError(f"tolerance must be a non-negative finite number, got {tol!r}")
     if not current:
         raise ValueError("no current samples")
-    cur = sorted(float(x) for x in current)
+    cur = sorted(_finite(x, "current sample") for x in current)
     cur_med = _median(cur)
     if baseline is None or (not baseline and baseline_median is None):
         return Verdict(Outcome.NEW, None, tol, None, "no baseline for this test and hardware id")
-    base = [float(x) for x in baseline]
-    base_med = baseline_median if baseline_median is not None else _median(sorted(base))
+    base = [_finite(x, "baseline sample") for x in baseline]
+    _finite(abs_floor, "absolute floor")
+    base_med = _finite(baseline_median, "baseline median") if baseline_median is not None else _median(sorted(base))
+    verdict = _decide(base, base_med, cur, cur_med, better=better, tol=tol, absolute_tol=absolute_tol,
+                      abs_floor=abs_floor, alpha=alpha, rank_test=baseline_median is None, exact=exact,
+                      either_way=either_way)
+    if math.isnan(verdict.change):  # cannot happen with finite inputs; never let it read as a pass
+        raise ValueError(f"the change from {base_med!r} to {cur_med!r} is not a number")
+    return replace(verdict, baseline_median=base_med)
+
+
+def _finite(x, what: str) -> float:
+    """A finite float, or ValueError: no NaN or infinity may reach a comparison, where every test
+    against NaN is false and a verdict falls through to ``pass`` (issue 27)."""
+    if isinstance(x, (bool, str, bytes)) or x is None:
+        raise ValueError(f"{what} {x!r} is not a number")
+    value = float(x)
+    if not math.isfinite(value):
+        raise ValueError(f"{what} {value!r} is not a finite number: a measurement failed or a file is damaged")
+    return value
+
+
+def _decide(base: list[float], base_med: float, cur: list[float], cur_med: float, *, better: str, tol: float,
+            absolute_tol: bool, abs_floor: float, alpha: float, rank_test: bool, exact: bool,
+            either_way: bool = False) -> Verdict:
     change = worsening(base_med, cur_med, better, absolute=absolute_tol)
     unit_word = "" if absolute_tol else "%"
     shown = f"{change * (1 if absolute_tol else 100):+.{3 if absolute_tol else 1}f}{unit_word}"
@@ -124,7 +150,7 @@ def decide(
         return Verdict(Outcome.REGRESSION if worse else Outcome.IMPROVED, change, tol, 0.0,
                        f"{'worse' if worse else 'better'} by {shown if worse else shown[1:]} (tolerance {limit}), "
                        f"a deterministic value (every baseline run and this run agree exactly)")
-    if len(base) >= MIN_SAMPLES_FOR_RANK_TEST and len(cur) >= MIN_SAMPLES_FOR_RANK_TEST and baseline_median is None:
+    if len(base) >= MIN_SAMPLES_FOR_RANK_TEST and len(cur) >= MIN_SAMPLES_FOR_RANK_TEST and rank_test:
         p = _p_worse(base, cur, better) if worse else _p_worse(cur, base, better)
         test = "Mann-Whitney U"
     else:
@@ -155,7 +181,8 @@ def is_exact(baseline: Sequence[float], baseline_n: int, current: Sequence[float
 def _median(sorted_values: Sequence[float]) -> float:
     n = len(sorted_values)
     mid = n // 2
-    return sorted_values[mid] if n % 2 else (sorted_values[mid - 1] + sorted_values[mid]) / 2
+    # halves first: (a + b) / 2 overflows to inf for two values near the float limit
+    return sorted_values[mid] if n % 2 else sorted_values[mid - 1] / 2 + sorted_values[mid] / 2
 
 
 def fails(outcome: Outcome, *, strict: bool = False) -> bool:

@@ -14,7 +14,7 @@ from typing import Iterable
 from perfgate.judge import outcomes
 from perfgate.judge.policy import GatePolicy
 from perfgate.store.results import MetricResult
-from perfgate.report.textable import Column, Line, render, wrap_words
+from perfgate.report.textable import Column, Line, printable, render, wrap_words
 
 TERMINAL_ATTENTION_LIMIT = 50  # rows of the attention table on a terminal; failing rows always shown
 TABLE_CHOICES = ("attention", "all", "off")
@@ -62,9 +62,19 @@ METRIC_COLUMNS = (Column("test", fold=True, group=True), Column("metric", fold=T
                   Column("change", "right"), Column("tol", "right"), Column("verdict"))
 
 
+def baseline_median(r: MetricResult) -> float | None:
+    """The figure the change was computed from: the verdict's reference level (the median of the run
+    medians for a baseline pooled over runs), else, for verdicts that carry none (not comparable, the
+    gross-change guard, results saved before it was kept), the baseline's median. Showing the pooled
+    samples' median beside a change computed from another figure read 483.0 -> 387.5 as -9.2 %."""
+    level = r.verdict.get("baseline_median")
+    if level is not None:
+        return level
+    return r.baseline.get("median") if r.baseline else None
+
+
 def metric_row(r: MetricResult) -> list[str]:
-    base = r.baseline["median"] if r.baseline else None
-    return [short_id(r.test_id), r.metric, fmt_number(base), fmt_number(r.summary.median), r.unit,
+    return [short_id(r.test_id), r.metric, fmt_number(baseline_median(r)), fmt_number(r.summary.median), r.unit,
             change_text(r), tol_text(r), outcomes.label(r)]
 
 
@@ -92,10 +102,10 @@ def _where(b: dict) -> str:
 
 def regression_line(r: MetricResult, current_software: dict | None) -> str:
     b = r.baseline or {}
-    return (f"{r.test_id} {r.metric}: {r.verdict.get('explanation')}. "
-            f"baseline {fmt_number(b.get('median'))} {r.unit} ({_where(b)}; {_software(b.get('software'))}) "
-            f"vs current {fmt_number(r.summary.median)} {r.unit} ({_software(current_software)}). "
-            f"Re-run: {r.rerun}")
+    return printable(f"{r.test_id} {r.metric}: {r.verdict.get('explanation')}. "
+                     f"baseline {fmt_number(baseline_median(r))} {r.unit} ({_where(b)}; "
+                     f"{_software(b.get('software'))}) vs current {fmt_number(r.summary.median)} {r.unit} "
+                     f"({_software(current_software)}). Re-run: {r.rerun}")
 
 
 def regression_detail(r: MetricResult, current_software: dict | None, width: int) -> list[str]:
@@ -103,10 +113,10 @@ def regression_detail(r: MetricResult, current_software: dict | None, width: int
     b = r.baseline or {}
     lines = wrap_words(f"REGRESSION {short_id(r.test_id)} {r.metric}", width, "    ")  # Re-run has the path
     for clause in (str(r.verdict.get("explanation")),
-                   f"baseline {fmt_number(b.get('median'))} {r.unit}: {_where(b)}; {_software(b.get('software'))}",
+                   f"baseline {fmt_number(baseline_median(r))} {r.unit}: {_where(b)}; {_software(b.get('software'))}",
                    f"current {fmt_number(r.summary.median)} {r.unit}: {_software(current_software)}"):
         lines += wrap_words("    " + clause, width, "      ")
-    return lines + [f"    Re-run: {r.rerun}"]  # whole, to copy: never folded
+    return lines + [printable(f"    Re-run: {r.rerun}")]  # whole, to copy: never folded
 
 
 def _plural(n: int, word: str) -> str:
@@ -213,7 +223,7 @@ def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int,
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|")
+    return printable(text).replace("|", "\\|")
 
 
 def _md_table(results: Iterable[MetricResult]) -> list[str]:
@@ -234,7 +244,7 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
     GitHub's 1 MiB job-summary limit. ``notes`` as in terminal_lines."""
     summary = outcomes.summary(results)
     lines = [f"## perfgate: {hardware_id}", "", f"**{verdict_line(summary, hardware_id)}**", ""]
-    lines += [f"> {note}" for note in notes] + ([""] if notes else [])
+    lines += [f"> {printable(note)}" for note in notes] + ([""] if notes else [])
     lines += [f"commit `{commit or '?'}`", "", "| area | gated | recorded only |", "|---|---|---|"]
     for area, b in summary["areas"].items():
         g, rec = b["gated"], b["recorded_only"]
@@ -259,7 +269,7 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
         lines += [f"- {regression_line(r, current_software)}" for r in regressions]
         lines.append("")
     if skipped_by_budget:
-        lines += ["### Not run (time budget spent)", ""] + [f"- `{t}`" for t in skipped_by_budget] + [""]
+        lines += ["### Not run (time budget spent)", ""] + [f"- `{printable(t)}`" for t in skipped_by_budget] + [""]
     head = "\n".join(lines) + "\n"
     table = _md_table(results)
     budget = MARKDOWN_LIMIT_BYTES - len(head.encode()) - 512

@@ -43,6 +43,20 @@ class Line:
     style: str | None = None  # the row's style key (e.g. its outcome), None for titles and headers
 
 
+# C0 and C1 controls (ESC, CR, LF, BEL, backspace, CSI...), DEL, line/paragraph separators and the
+# bidirectional overrides that reorder what a reader sees
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """``text`` safe to print on a terminal, in a log or in Markdown: control characters as their
+    escapes (``\\x1b``, ``\\n``, ``\\x07``). Test ids, metric names, provenance and software strings
+    come from test code and from hand-editable files; printed raw, an ESC sequence in one recolours
+    or clears the terminal, and a CR or LF rewrites the line a person reads before approving a
+    refresh. Every table (render), wrapped line (wrap_words) and report line goes through here."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
 def resolve_width(*, isatty: bool, tty_width: int | None = None) -> int:
     """COLUMNS wins; else the terminal's width; else (a log file, a pipe) DEFAULT_LOG_WIDTH."""
     env = os.environ.get("COLUMNS", "").strip()
@@ -111,6 +125,7 @@ def wrap_words(text: str, width: int, indent: str = "", fold_long: bool = False)
 
     With ``fold_long``, a word wider than a continuation line (a long absolute path in a
     title) is folded at its joints instead of running past the width."""
+    text = printable(text)
     body = text.lstrip(" ")
     lead = text[:len(text) - len(body)]
     words = body.split(" ")
@@ -196,9 +211,10 @@ def _groups(rows: Sequence[Sequence[str]], styles: Sequence[str | None], g: int)
 def render(columns: Sequence[Column], rows: Sequence[Sequence[str]], *, width: int, title: str | None = None,
            styles: Sequence[str | None] | None = None) -> list[Line]:
     """The table as lines no wider than ``width`` (see the module docstring for the layouts)."""
-    rows = [[str(c) for c in r] for r in rows]
+    rows = [[printable(c) for c in r] for r in rows]
     styles = list(styles) if styles is not None else [None] * len(rows)
     out = [Line(t) for t in wrap_words(title, width)] if title else []
+    columns = [Column(printable(c.header), c.align, c.fold, c.group) for c in columns]
     group = next((i for i, c in enumerate(columns) if c.group), None)
     keep = {group} if group is not None else set()
     rest = [c for i, c in enumerate(columns) if i != group]

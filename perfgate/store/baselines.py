@@ -19,8 +19,9 @@ from perfgate.store import locks
 from perfgate.store.atomic import json_bytes, read_in, replace_in
 from perfgate.machine.hardware_id import HardwareIdError, check_hardware_id
 from perfgate.judge.metrics import Summary, check_depends, check_device_busy, dependence_fields
-from perfgate.store.readers import Checker, ReadError, check_baseline_document, read_json
+from perfgate.store.readers import Checker, ReadError, read_json
 from perfgate.store.safe_paths import PathError, check_area, inside_root, writable_folder
+from perfgate.store.shapes import check_baseline_document, check_schema
 
 SCHEMA_VERSION = 2  # 2: entries may carry `runs` (one summary per contributing run)
 READABLE_SCHEMAS = (1, 2)
@@ -120,10 +121,8 @@ class BaselineStore:
             return {}
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             raise BaselineError(f"{path}: not a perfgate baseline file (kind != {KIND!r}); {fix}")
-        if doc.get("schema_version") not in READABLE_SCHEMAS:
-            raise BaselineError(f"{path}: schema version {doc.get('schema_version')!r}, this perfgate reads "
-                                f"{' and '.join(map(str, READABLE_SCHEMAS))}; upgrade perfgate or re-create the "
-                                f"file with `perfgate refresh`")
+        check_schema(path, doc.get("schema_version"), READABLE_SCHEMAS, what="", error=BaselineError,
+                     fix="upgrade perfgate or re-create the file with `perfgate refresh`")
         if not isinstance(doc.get("entries"), dict):
             raise BaselineError(f"{path}: has no 'entries' table; {fix}")
         check_baseline_document(Checker(path, fix=fix, error=BaselineError), doc)

@@ -18,7 +18,8 @@ from perfgate.judge import run_noise
 from perfgate.store.atomic import write_json_atomic
 from perfgate.store.baselines import BaselineEntry, now_iso
 from perfgate.judge.metrics import Summary, check_depends, check_device_busy, dependence_fields
-from perfgate.store.readers import Checker, ReadError, check_results_document, read_json
+from perfgate.store.readers import Checker, ReadError, read_json
+from perfgate.store.shapes import check_results_document, check_schema
 
 SCHEMA_VERSION = 1
 KIND = "perfgate-results"
@@ -126,9 +127,8 @@ def load(path: Path) -> dict:
     if not isinstance(doc, dict) or doc.get("kind") != KIND:
         raise ResultsError(f"{path}: not a perfgate results file (kind != {KIND!r}); "
                            f"results files are written by `pytest --perf-save PATH`")
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise ResultsError(f"{path}: results schema {doc.get('schema_version')!r}, this perfgate reads "
-                           f"{SCHEMA_VERSION}; re-run the suite with this perfgate")
+    check_schema(path, doc.get("schema_version"), (SCHEMA_VERSION,), what="results ",
+                 fix="re-run the suite with this perfgate", error=ResultsError)
     check_results_document(Checker(path, fix=fix, error=ResultsError), doc)
     return doc
 
