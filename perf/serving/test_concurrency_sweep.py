@@ -36,7 +36,7 @@ def _phase(target, concurrency: int, seed: int):
     reqs = random_requests(target.token_pool, n, p.input_len, p.output_len, seed=seed)
     result = run_load(target.load(reqs, max_concurrency=concurrency, seed=seed))
     assert result.failed == 0, f"C={concurrency}: {result.failed} failed requests: {result.errors()}"
-    return result, summarize(result.records, result.duration_s)
+    return result, summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy)
 
 
 @pytest.mark.parametrize("concurrency", LEVELS, ids=lambda c: f"C={c}")

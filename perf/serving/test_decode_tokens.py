@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from fixtures.cases import record
+from perfgate.workloads import serving
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.serving_metrics import summarize
 from perfgate.workloads.serving.starvation import skip_reason, unstarved_runs
@@ -31,16 +33,18 @@ def test_single_stream_decode(perf, request, serving_profile, model_kind):
         assert result.failed == 0, f"{result.failed} failed requests: {result.errors()}"
         assert all(r.output_tokens == p.decode_output_len for r in result.records), \
             f"ignore_eos not honoured: output tokens {[r.output_tokens for r in result.records]}"
-        return result, summarize(result.records, result.duration_s)
+        return result, summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy)
 
     kept, every = unstarved_runs(run, lambda rs: not rs[1].decode_tok_s_values, wanted=1, extra=ATTEMPTS - 1)
     if not kept:
         pytest.skip(skip_reason(len(every), "every answer arrived in one read"))
     result, s = kept[0]
-    perf.record("decode_tok_s", s.decode_tok_s_values, unit="tok/s", better="higher")
-    perf.record("tpot_ms", s.tpot_ms_values, unit="ms", better="lower")
-    perf.record("ttft_ms", s.ttft_ms_values, unit="ms", better="lower")
-    perf.record("itl_p50_ms", [s.itl_ms.median], unit="ms", better="lower")
+    busy, timing = serving.busy_records([s])  # on a GPU: was the decode step the device's or the host's?
+    perf.record("decode_tok_s", s.decode_tok_s_values, unit="tok/s", better="higher", **timing)
+    perf.record("tpot_ms", s.tpot_ms_values, unit="ms", better="lower", **timing)
+    perf.record("ttft_ms", s.ttft_ms_values, unit="ms", better="lower", **timing)
+    perf.record("itl_p50_ms", [s.itl_ms.median], unit="ms", better="lower", **timing)
+    record(perf, busy)
     perf.attach("requests", [r.to_dict() for r in result.records])
     perf.attach("workload", {"model": str(t.server.spec.model), "input_len": p.decode_input_len,
                              "output_len": p.decode_output_len, "requests": p.decode_requests})

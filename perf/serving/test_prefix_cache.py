@@ -25,7 +25,7 @@ def _cold_then_warm(target, reqs, seed):
         result = run_load(target.load(reqs, max_concurrency=p.prefix_concurrency, seed=seed))
         after = PrefixCacheCounters.read(target.base_url)
         assert result.failed == 0, f"{target.label} {phase}: {result.failed} failed requests: {result.errors()}"
-        phases[phase] = (summarize(result.records, result.duration_s), after.hits - before.hits,
+        phases[phase] = (summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy), after.hits - before.hits,
                          after.hit_rate_since(before), result)
     return phases
 

@@ -64,7 +64,7 @@ def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
         assert bench["failed"] == 0, f"vllm bench serve: {bench['failed']} failed requests"
         assert bench["total_output_tokens"] == p.bench_requests * p.output_len, \
             f"vllm bench serve generated {bench['total_output_tokens']} tokens, expected {p.bench_requests * p.output_len}"
-        s = summarize(result.records, result.duration_s)
+        s = summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy)
         return {"round": rnd, "valid": not starved(s.tpot_ms.median, bench["median_tpot_ms"]), "s": s,
                 "bench": bench, "records": result.records}
 

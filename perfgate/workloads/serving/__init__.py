@@ -14,6 +14,7 @@ into the latency metrics every serving test records.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -146,18 +147,32 @@ class LatencyRuns:
     prefix: str = ""
 
 
+def busy_records(summaries: Sequence[ServingSummary], prefix: str = "") -> tuple[list[Record], dict]:
+    """On a GPU: the busy share of each run as a metric of its own, and the ``device_busy`` option
+    for the run's timings (their median share): a serving timing the server kept the device busy
+    for (>= 0.9) is a device figure (perfgate.judge), below it the host held the device back."""
+    busy = [s.gpu_busy for s in summaries if s.gpu_busy is not None]
+    if not busy:
+        return [], {}
+    return ([Measured(f"{prefix}gpu_busy_fraction", busy, "fraction", "higher")],
+            {"device_busy": statistics.median(busy)})
+
+
 def reduce(case: Case, raw: LatencyRuns) -> list[Record]:
-    """Per-request TTFT/TPOT/E2EL pooled over the runs, and each run's p99 inter-token latency."""
+    """Per-request TTFT/TPOT/E2EL pooled over the runs, each run's p99 inter-token latency, and on a
+    GPU each run's busy share (beside the timings as their ``device_busy``)."""
+    busy, timing = busy_records(raw.summaries, raw.prefix)
     out: list[Record] = [Measured(f"{raw.prefix}ttft_ms", [v for s in raw.summaries for v in s.ttft_ms_values],
-                                  "ms", "lower")]
+                                  "ms", "lower", options=timing)]
     tpot = [v for s in raw.summaries for v in s.tpot_ms_values]
     if tpot:
-        out.append(Measured(f"{raw.prefix}tpot_ms", tpot, "ms", "lower"))
-    out.append(Measured(f"{raw.prefix}e2el_ms", [v for s in raw.summaries for v in s.e2el_ms_values], "ms", "lower"))
+        out.append(Measured(f"{raw.prefix}tpot_ms", tpot, "ms", "lower", options=timing))
+    out.append(Measured(f"{raw.prefix}e2el_ms", [v for s in raw.summaries for v in s.e2el_ms_values], "ms", "lower",
+                        options=timing))
     itl_p99 = [s.itl_ms.percentiles["p99"] for s in raw.summaries if s.itl_ms.n]
     if itl_p99:
-        out.append(Measured(f"{raw.prefix}itl_p99_ms", itl_p99, "ms", "lower"))
-    return out
+        out.append(Measured(f"{raw.prefix}itl_p99_ms", itl_p99, "ms", "lower", options=timing))
+    return out + busy
 
 
 AREA: Area[ServingProfile, None, LatencyRuns] = Area("serving", PROFILES, cases, None, reduce)

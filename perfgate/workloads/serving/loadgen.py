@@ -23,10 +23,12 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
+
+from perfgate.machine.gpu_busy import busy_window
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class LoadResult:
     records: list[RequestRecord]
     duration_s: float                 # first send to last end (what throughputs divide by)
     spec_summary: dict
+    gpu_busy: float | None = None     # busy share of the busiest GPU while it ran (NVML; None off-GPU)
 
     @property
     def failed(self) -> int:
@@ -222,15 +225,18 @@ async def run_load_async(spec: LoadSpec) -> LoadResult:
 
 
 def run_load(spec: LoadSpec) -> LoadResult:
-    """Send spec.requests and return the raw records (blocking)."""
-    return asyncio.run(run_load_async(spec))
+    """Send spec.requests and return the raw records (blocking), with the GPUs' busy share meanwhile."""
+    return run_loads_concurrently([spec])[0]
 
 
 def run_loads_concurrently(specs: Sequence[LoadSpec]) -> list[LoadResult]:
-    """Run several load specs at the same time (e.g. decode streams + interfering prefills)."""
+    """Run several load specs at the same time (e.g. decode streams + interfering prefills); each
+    result carries the busy share of the one window they shared (perfgate.machine.gpu_busy)."""
     async def _all():
         return await asyncio.gather(*(run_load_async(s) for s in specs))
-    return list(asyncio.run(_all()))
+    with busy_window() as busy:
+        results = list(asyncio.run(_all()))
+    return [replace(r, gpu_busy=busy.fraction) for r in results]
 
 
 # ---- workloads -------------------------------------------------------------------------------

@@ -78,11 +78,12 @@ class ServingSummary:
     tpot_ms_values: list[float] = field(repr=False, default_factory=list)
     e2el_ms_values: list[float] = field(repr=False, default_factory=list)
     decode_tok_s_values: list[float] = field(repr=False, default_factory=list)  # 1000 / TPOT per request
+    gpu_busy: float | None = None  # the busiest GPU's busy share during the run (perfgate.machine.gpu_busy)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in (
             "completed", "failed", "duration_s", "input_tokens", "output_tokens", "request_throughput_rps",
-            "output_throughput_tok_s", "total_token_throughput_tok_s", "goodput_rps", "slo_attainment")}
+            "output_throughput_tok_s", "total_token_throughput_tok_s", "goodput_rps", "slo_attainment", "gpu_busy")}
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
             out[k] = getattr(self, k).to_dict()
         return out
@@ -103,8 +104,9 @@ def _stats(values: Sequence[float], percentiles: Iterable[float]) -> LatencyStat
 
 
 def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
-              percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> ServingSummary:
-    """Records (+ the run's duration) -> latency statistics, throughputs and goodput."""
+              percentiles: Sequence[float] = DEFAULT_PERCENTILES, gpu_busy: float | None = None) -> ServingSummary:
+    """Records (+ the run's duration, and the GPUs' busy share while it ran, where measured) ->
+    latency statistics, throughputs and goodput."""
     if not duration_s > 0 or not math.isfinite(duration_s):
         raise ValueError(f"duration_s must be a positive finite number of seconds, got {duration_s}")
     ttft, tpot, itl, e2el, decode = [], [], [], [], []
@@ -144,7 +146,8 @@ def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
         itl_ms=_stats(itl, percentiles), e2el_ms=_stats(e2el, percentiles),
         goodput_rps=None if slo is None else good / duration_s,
         slo_attainment=None if slo is None else (good / total if total else float("nan")),
-        ttft_ms_values=ttft, tpot_ms_values=tpot, e2el_ms_values=e2el, decode_tok_s_values=decode)
+        ttft_ms_values=ttft, tpot_ms_values=tpot, e2el_ms_values=e2el, decode_tok_s_values=decode,
+        gpu_busy=gpu_busy)
 
 
 def highest_rate_meeting_slo(attainment_by_rate: Mapping[float, float], min_attainment: float) -> float:

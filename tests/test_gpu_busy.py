@@ -1,0 +1,58 @@
+"""The GPUs' busy share during a serving phase (perfgate.machine.gpu_busy) and where it goes.
+
+No GPU here: the NVML part must give no figure and a reason, never an error; the arithmetic on
+samples and the serving reduce that carries the share beside the timings are tested directly.
+"""
+from __future__ import annotations
+
+import pytest
+
+from perfgate.machine import gpu_busy
+from perfgate.workloads import serving
+from perfgate.workloads.area import Case
+from perfgate.workloads.serving.serving_metrics import summarize
+
+
+def test_window_share_means_the_samples_inside_the_window():
+    samples = [(100, 0), (200, 90), (300, 100), (400, 95), (500, 10)]
+    share, n = gpu_busy.window_share(samples, 150, 450)
+    assert n == 3 and share == pytest.approx(0.95)
+
+
+def test_too_few_samples_give_no_share():
+    assert gpu_busy.window_share([(100, 50), (200, 50)], 0, 1000) == (None, 2)
+
+
+def test_shares_stay_in_range_whatever_nvml_reports():
+    assert gpu_busy.window_share([(1, 250), (2, 250), (3, 250)], 0, 10)[0] == 1.0
+
+
+def test_without_a_gpu_the_window_gives_no_figure_and_says_why():
+    with gpu_busy.busy_window() as w:
+        sum(range(1000))
+    if w.fraction is None:
+        assert w.reason
+    else:  # a machine with a GPU and NVML: a share, in range
+        assert 0.0 <= w.fraction <= 1.0
+
+
+def _summary(busy):
+    records = [{"error": None, "send_s": 0.0, "first_chunk_s": 0.05, "chunk_s": [0.05, 0.06, 0.07],
+                "end_s": 0.07, "prompt_tokens": 8, "output_tokens": 3}]
+    return summarize(records, 0.07, gpu_busy=busy)
+
+
+def test_the_reduce_carries_the_busy_share_beside_the_timings():
+    case = Case("gpu", serving.GPU_PROFILE, ("1gpu", "vllm"))
+    got = serving.AREA.reduce(case, serving.LatencyRuns([_summary(0.97), _summary(0.95)], "x_"))
+    by_name = {r.name: r for r in got}
+    assert by_name["x_gpu_busy_fraction"].samples == [0.97, 0.95]
+    assert by_name["x_tpot_ms"].options["device_busy"] == pytest.approx(0.96)
+    assert by_name["x_ttft_ms"].options["device_busy"] == pytest.approx(0.96)
+
+
+def test_off_gpu_the_reduce_records_what_it_did_before():
+    case = Case("cpu", serving.CPU_PROFILE, ("cpu", "vllm"))
+    got = serving.AREA.reduce(case, serving.LatencyRuns([_summary(None)]))
+    assert not any(r.name.endswith("gpu_busy_fraction") for r in got)
+    assert all(not r.options for r in got)
