@@ -121,3 +121,15 @@ def test_fetch_outside_a_git_checkout_says_so_and_works(tmp_path, offline_index)
 def test_fetch_refuses_a_bad_piece_size(tmp_path, offline_index):
     got = _fetch(_checkout(tmp_path, git=True), offline_index, PIECE_BYTES="lots")
     assert got.returncode == 2 and "PIECE_BYTES" in got.stderr
+
+
+def test_server_start_message_quotes_this_machine_once_it_has_started_one(tmp_path):
+    """The start message said '30-90 s on 2 CPU cores' on a 16-core H200 host (real: 83-129 s): it
+    now names both kinds before the first start and this session's own starts after."""
+    from fixtures.serving import ServerPool
+
+    pool = ServerPool(tmp_path, progress=lambda text: None)
+    first = pool._expected_start()
+    assert "2 CPU cores" in first and "H200" in first
+    pool._starts_s += [83.0, 129.0]
+    assert pool._expected_start() == "/health took 83-129 s for this session's 2 earlier start(s)"
