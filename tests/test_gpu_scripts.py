@@ -133,3 +133,47 @@ def test_server_start_message_quotes_this_machine_once_it_has_started_one(tmp_pa
     assert "2 CPU cores" in first and "H200" in first
     pool._starts_s += [83.0, 129.0]
     assert pool._expected_start() == "/health took 83-129 s for this session's 2 earlier start(s)"
+
+
+SESSION = ROOT / "scripts" / "gpu_serving_session.sh"
+FAKE_PYTHON = """#!/bin/bash
+# stands in for the GPU image's python3: logs its argv, and plays pytest with the exit code asked for
+echo "$*" >> "$FAKE_LOG"
+case "$*" in
+  *"-m pytest"*) [ -n "$FAKE_PYTEST_SLEEP" ] && sleep "$FAKE_PYTEST_SLEEP"; exit "${FAKE_PYTEST_RC:-0}" ;;
+esac
+exit 0
+"""
+
+
+def _session(tmp_path, **env):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in (("python3", FAKE_PYTHON), ("nvidia-smi", "#!/bin/bash\necho 'NVIDIA H200, 143771 MiB'\n")):
+        (bin_dir / name).write_text(body)
+        (bin_dir / name).chmod(0o755)
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True, exist_ok=True)
+    (site / "vllm" / "__init__.py").write_text("")  # the carried wheels are 'installed'
+    (tmp_path / "models" / "dense").mkdir(parents=True, exist_ok=True)
+    log = tmp_path / "calls.log"
+    environ = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+               "FAKE_LOG": str(log), **env}
+    got = subprocess.run(["bash", str(SESSION), "run1", str(site)], cwd=ROOT, env=environ, capture_output=True,
+                         text=True, timeout=120)
+    return got, log.read_text() if log.exists() else ""
+
+
+def test_serving_session_exits_with_pytests_status(tmp_path):
+    """It exited 0 after `pytest rc=124`: a cut-short or failed suite must not look green."""
+    got, _ = _session(tmp_path, FAKE_PYTEST_RC="1")
+    assert got.returncode == 1, got.stdout + got.stderr
+    got, _ = _session(tmp_path, FAKE_PYTEST_SLEEP="30", LIMIT_S="50")  # pytest runs into the time limit
+    assert got.returncode == 124 and "split the selection with PYTEST_K" in got.stdout, got.stdout
+
+
+def test_serving_session_splits_the_selection_with_pytest_k(tmp_path):
+    got, calls = _session(tmp_path, PYTEST_K="not moe")
+    assert got.returncode == 0, got.stdout + got.stderr
+    pytest_call = next(line for line in calls.splitlines() if "-m pytest" in line)
+    assert "-k not moe" in pytest_call and "--perf-save" in pytest_call
