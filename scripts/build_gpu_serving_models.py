@@ -9,6 +9,8 @@ tiny_model.QWEN25_7B_STRUCTURE):
 
   dense  TinyLlama-1.1B's shapes (Llama layout: hidden 2048, 22 layers, 32 heads / 4 KV heads,
          MLP 5632, vocabulary 32 000 words -> 32 064 rows): 1.1 B parameters, 2.2 GB in bf16
+  dense-7b  a 7.24 B Llama layout (hidden 4096, 32 layers, 32 / 8 KV heads, MLP 14336, the same
+         32 000-word tokenizer): device-bound on an H200, the profile's next dense model
   moe    a Qwen3-MoE layout (hidden 2048, 24 layers, 64 experts top-8), vocabulary
          32 000 words: 7.8 B total / ~1.8 B active parameters
 
@@ -28,9 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from perfgate.workloads.serving import GPU_PROFILE  # noqa: E402
-from perfgate.workloads.serving.tiny_model import TinyModelSpec, build_tiny_model  # noqa: E402
+from perfgate.workloads.serving.tiny_model import LLAMA_7B_STRUCTURE, TinyModelSpec, build_tiny_model  # noqa: E402
 
-MODELS = {"dense": GPU_PROFILE.dense_model, "moe": GPU_PROFILE.moe_model}
+# dense-7b: the device-bound candidate (tiny_model.LLAMA_7B_STRUCTURE): PERFGATE_SERVING_MODEL=<dir>/dense-7b
+MODELS = {"dense": GPU_PROFILE.dense_model, "moe": GPU_PROFILE.moe_model, "dense-7b": LLAMA_7B_STRUCTURE}
 
 
 def params(spec: TinyModelSpec, vocab_size: int) -> float:
