@@ -28,7 +28,8 @@ import pytest
 
 from perfgate import cli
 from perfgate.judge.config import Settings
-from perfgate.judge.gate import evaluate
+from perfgate.judge.baseline_choice import Choice
+from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric, MetricError, summarize
 from perfgate.recorder import PerfRecorder
 from perfgate.report import run_report
@@ -108,19 +109,19 @@ def test_results_of_the_wrong_shape_are_one_line(tmp_path, command, damage, key)
 def test_import_seed_nesting_bomb_is_one_line(tmp_path):
     bomb = tmp_path / "seed.json"
     bomb.write_text("[" * 200_000 + "]" * 200_000)
-    rc, _, err = quiet_main(["import-seed", "--seed", str(bomb), "--baselines", str(tmp_path / "b"), "--dry-run"])
+    rc, _, err = quiet_main(["import", "seed", str(bomb), "--baselines", str(tmp_path / "b"), "--dry-run"])
     assert rc == 2
-    assert one_line(err).startswith(f"perfgate import-seed: error: {bomb}: not usable JSON (RecursionError")
+    assert one_line(err).startswith(f"perfgate import: error: {bomb}: not usable JSON (RecursionError"), err
 
 
 def test_a_seed_value_that_is_not_finite_is_refused(tmp_path):
-    from perfgate.commands.import_seed import DEFAULT_SEED
+    from perfgate.importers.seed import DEFAULT_SEED
 
     doc = json.loads(DEFAULT_SEED.read_text())
     doc["numbers"][3]["value"] = float("nan")
     seed = write(tmp_path / "seed.json", doc)
-    rc, _, err = quiet_main(["import-seed", "--seed", str(seed), "--baselines", str(tmp_path / "b"), "--dry-run"])
-    assert rc == 2 and f"{seed}: numbers[3].value: must be a finite number, got nan" in one_line(err)
+    rc, _, err = quiet_main(["import", "seed", str(seed), "--baselines", str(tmp_path / "b"), "--dry-run"])
+    assert rc == 2 and f"{seed}: numbers[3].value: must be a finite number, got nan" in one_line(err), err
 
 
 def test_refresh_of_dev_zero_is_refused_before_reading(tmp_path):
@@ -165,7 +166,7 @@ def test_the_size_cap_is_generous_for_every_real_file():
     def size(p: Path) -> int:  # a gzip member ends with its unpacked size (mod 4 GiB)
         return p.stat().st_size if p.suffix != ".gz" else int.from_bytes(p.read_bytes()[-4:], "little")
 
-    largest = max(size(p) for p in [*REPO.glob("runs/**/*.json*"), *REPO.glob("baselines/*/*.json")])
+    largest = max(size(p) for p in [*REPO.glob("results-store/**/*.json*"), *REPO.glob("baselines/*/*.json")])
     assert largest > 4_000_000  # the files are there (a 5 MB CI run)
     assert largest * 10 < readers.MAX_FILE_BYTES
 
@@ -339,7 +340,7 @@ def test_report_shows_the_baseline_median_the_change_was_computed_from(tmp_path)
     entry = BaselineEntry(unit="tok/s", better="higher", summary=summarize(pooled), tol=0.05, provenance="measured",
                           runs=runs)
     metric = Metric(name="decode_tok_s", unit="tok/s", better="higher", summary=summarize([387.5] * 7))
-    r = evaluate(TEST, metric, entry, settings=Settings(baselines=tmp_path, gate="all"), hardware_id=HW)
+    r = evaluate(TEST, metric, Choice(entry, HW, False, None), Context.of(Settings(baselines=tmp_path, gate="all"), HW))
     assert r.baseline["median"] == 483.0 and r.verdict["baseline_median"] == 427.0
     assert r.outcome == "regression" and abs(r.verdict["change"] - (427.0 - 387.5) / 427.0) < 1e-12
     row = run_report.metric_row(r)

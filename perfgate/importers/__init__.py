@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate.store import readers
+
 
 class ImportFormatError(ValueError):
     """A file is not what its format says; the message names the file, the place and the fix."""
@@ -61,10 +63,19 @@ def finite(value: Any, where: str) -> float:
 
 
 def read_text(path: Path, tool: str) -> str:
+    """The file's text through perfgate's one reader (a size cap, regular files only)."""
     try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise ImportFormatError(f"{path}: cannot read this {tool} file ({exc.strerror or exc})") from None
+        return readers.read_text(Path(path), fix=f"give a {tool} file", error=ImportFormatError)
+    except FileNotFoundError:
+        raise ImportFormatError(f"{path}: no such file") from None
+
+
+def read_json(path: Path, tool: str) -> Any:
+    """A JSON file through perfgate's one reader (size cap, regular files, no nesting bomb)."""
+    try:
+        return readers.read_json(Path(path), fix=f"give a {tool} file", error=ImportFormatError)
+    except FileNotFoundError:
+        raise ImportFormatError(f"{path}: no such file") from None
 
 
 FORMATS = {"pytest-benchmark": "pytest_benchmark", "nccl-tests": "nccl_tests", "vllm-bench": "vllm_bench",

@@ -9,10 +9,9 @@ Benchmarks that errored are not in pytest-benchmark's files.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from perfgate.importers import Imported, ImportedNumber, ImportFormatError, finite, read_text
+from perfgate.importers import Imported, ImportedNumber, ImportFormatError, finite, read_json
 from perfgate.benchmark_bridge import METRIC
 
 TOOL = "pytest-benchmark"
@@ -23,7 +22,7 @@ def read(paths: list[Path], hardware_id: str | None) -> Imported:
     out = Imported(TOOL)
     for path in paths:
         try:
-            doc = json.loads(read_text(path, TOOL))
+            doc = read_json(path, TOOL)
             benches = doc["benchmarks"]
             if not isinstance(benches, list):
                 raise TypeError("benchmarks is not a list")

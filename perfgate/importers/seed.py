@@ -10,7 +10,6 @@ evidence than a report of another one.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from perfgate.importers import Imported, ImportedNumber
 from perfgate.judge.metrics import Summary
 from perfgate.store.baselines import BaselineEntry
+from perfgate.store.readers import Checker, read_json
 from perfgate.store.results import area_of
 
 TOOL = "seed"
@@ -69,22 +69,24 @@ class Seed:
 
 def load_seed(path: Path = DEFAULT_SEED) -> Seed:
     """Read a seed file; a missing or malformed one is a one-line error naming the file and the key."""
+    fix = "restore it from git or pass another seed file: perfgate import seed PATH"
+    try:  # the one reader: size cap, regular files only, no nesting bomb (perfgate.store.readers)
+        doc = read_json(Path(path), fix=fix, error=ValueError)
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such seed file; {fix}") from None
+    c = Checker(Path(path), fix=fix, error=ValueError)  # each value finite, each n a whole count of runs
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
         name, short = doc["seed"], doc["seed_short"]
         numbers = tuple(SeedNumber(**{k: n[k] for k in ("test_id", "metric", "unit", "better", "section", "what")},
-                                   value=float(n["value"]), n=int(n["n"]), seed=name, seed_short=short)
-                        for n in doc["numbers"])
+                                   value=c.number(n["value"], f"numbers[{i}].value"),
+                                   n=c.integer(n["n"], f"numbers[{i}].n", minimum=1), seed=name, seed_short=short)
+                        for i, n in enumerate(doc["numbers"]))
         return Seed(name=name, short_name=short, seed_file=doc["seed_file"], hardware_id=doc["hardware_id"],
                     when=doc["when"], fingerprint=doc["fingerprint"], software_by_area=doc["software_by_area"],
                     numbers=numbers, not_imported=tuple(tuple(x) for x in doc.get("not_imported", ())),
                     pending_test_files=tuple(doc.get("pending_test_files", ())))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path}: cannot read the seed file ({exc}); restore it from git "
-                         "or pass another seed file: perfgate import seed PATH") from None
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: malformed seed file (missing or wrong key {exc}); "
-                         "restore it from git") from None
+        raise ValueError(f"{path}: malformed seed file (missing or wrong key {exc}); restore it from git") from None
 
 
 def entry_for(n: SeedNumber, seed: Seed) -> BaselineEntry:

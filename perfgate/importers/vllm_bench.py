@@ -12,11 +12,10 @@ perfgate.workloads.serving.vllm_bench reads (``median_ttft_ms``, ``output_throug
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from perfgate.judge.policy import is_cpu_id
-from perfgate.importers import Imported, ImportedNumber, ImportFormatError, finite, read_text
+from perfgate.importers import Imported, ImportedNumber, ImportFormatError, finite, read_json
 
 TOOL = "vllm bench serve"
 DEFAULT_PATHS: tuple[Path, ...] = ()
@@ -47,7 +46,7 @@ def read(paths: list[Path], hardware_id: str | None) -> Imported:
     profile = "cpu" if is_cpu_id(hardware_id or "") else "gpu"
     for path in paths:
         try:
-            doc = json.loads(read_text(path, TOOL))
+            doc = read_json(path, TOOL)
             if not isinstance(doc, dict) or "output_throughput" not in doc:
                 raise KeyError("output_throughput")
         except (ValueError, KeyError) as exc:

@@ -75,8 +75,9 @@ def _read_bytes(path: Path, *, fix: str, error: type[ValueError]) -> bytes:
     return data
 
 
-def _read_text(path: Path, *, fix: str, error: type[ValueError]) -> str:
-    """The file's text; a name ending in .gz is gunzipped first (stored results are large:
+def read_text(path: Path, *, fix: str, error: type[ValueError] = ReadError) -> str:
+    """The file's text (every file perfgate reads comes through here: regular files only, at most
+    MAX_FILE_BYTES); a name ending in .gz is gunzipped first (stored results are large:
     a GPU serving run's raw request records are ~4 MB of JSON, 0.8 MB gzipped)."""
     data = _read_bytes(path, fix=fix, error=error)
     if Path(path).name.endswith(".gz"):
@@ -123,12 +124,12 @@ def _parsed(path: Path, text: str, what: str, fix: str, error: type[ValueError])
 
 def read_json(path: Path, *, fix: str, error: type[ValueError] = ReadError) -> Any:
     """Parse ``path`` as UTF-8 JSON. FileNotFoundError passes through (callers say what to do)."""
-    return _parsed(path, _read_text(path, fix=fix, error=error), "JSON", fix, error)
+    return _parsed(path, read_text(path, fix=fix, error=error), "JSON", fix, error)
 
 
 def read_toml(path: Path, *, fix: str = "fix the syntax", error: type[ValueError] = ReadError) -> dict:
     """Parse ``path`` as UTF-8 TOML."""
-    return _parsed(path, _read_text(path, fix=fix, error=error), "TOML", fix, error)
+    return _parsed(path, read_text(path, fix=fix, error=error), "TOML", fix, error)
 
 
 def shown(value: Any) -> str:

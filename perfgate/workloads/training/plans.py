@@ -10,11 +10,12 @@ Two profiles:
   2.5 MiB gradient give about 10/3/2 buckets, as 4/25/100 MiB do for 110M parameters
   on GPUs) -- the same caps on a tiny model would all be a single bucket.
 - ``GPU``: NCCL, the seed report's models (gpt-110m for DDP, gpt-368m for FSDP), bf16
-  autocast, the seed's batch sizes and bucket caps, on 2/4/8 GPUs (world 1 only as the scaling
-  reference). On one H200 their steps were host-bound (device busy 0.09-0.26 of the step, 1xH200
-  2026-12-02: the step time measures Python and kernel launches), so their 1-rank cases are gone:
-  one GPU runs GPU_LARGE. Every GPU case records its device-busy share, so a host-bound
-  multi-GPU case says so too.
+  autocast, the seed's batch sizes and bucket caps, on 2/4/8 GPUs, and the micro-batch sweep on
+  one GPU too (the seed report's V100 numbers are imported against those ids). On one H200 their
+  steps are host-bound (device busy 0.09-0.26 of the step, 1xH200 2026-12-02: the step time
+  measures Python and kernel launches), so the 1-rank FSDP cases are gone and the 1-rank DDP
+  timings are record-only there; one GPU's device-bound cases are GPU_LARGE's. Every GPU case
+  records its device-busy share, so a host-bound multi-GPU case says so too.
 - ``GPU_LARGE``: the device-bound GPU cases: a 1.3 B decoder at sequence length 2048, so one
   step is tens to hundreds of ms of device work and its time measures the GPU (busy >= 0.9 from
   micro-batch 4 for DDP; FSDP at 8; tools/device_bound_probe.py shows step time against micro-batch:
@@ -81,7 +82,7 @@ CPU = Profile(
 
 GPU = Profile(
     name="gpu", backend="nccl", amp="bf16", ddp_model="gpt-110m", fsdp_model="gpt-368m",
-    worlds=(1, 2, 4, 8), global_batch=16, micro_batch=2, microbatches=(1, 2, 4, 8), microbatch_worlds=(2, 4, 8),
+    worlds=(1, 2, 4, 8), global_batch=16, micro_batch=2, microbatches=(1, 2, 4, 8), microbatch_worlds=(1, 2, 4, 8),
     bucket_caps_mb=(4.0, 25.0, 100.0), bucket_reference_mb=25.0, sweep_worlds=(2, 4, 8), accum_steps=4,
     hook_reduce_dtypes=("fp16", "bf16"), fsdp_worlds=(2, 4, 8), fsdp_micro_batch=1,
     fsdp_reduce_dtypes=("fp32", "fp16", "bf16"), fsdp_lowp_worlds=(2, 4, 8),
