@@ -30,7 +30,7 @@ from perfgate import mutations
 from perfgate.judge.metrics import summarize
 from perfgate.runcache import RunCache
 from perfgate.workloads import collectives
-from perfgate.workloads.area import Area, Attached, Case, Measured, Record, check
+from perfgate.workloads.area import Area, Attached, Case, CheckFailed, Measured, Record, check
 from perfgate.workloads.collectives import CollectiveCase, CollectiveSpec, size_label
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -143,7 +143,10 @@ def reduce(case: Case, raw: Mapping[str, Any]) -> list[Record]:
         if isinstance(per_rank, dict):
             unavailable[setting] = per_rank["unavailable"]
             continue
-        records = collectives.reduce(as_collective, per_rank)
+        try:
+            records = collectives.reduce(as_collective, per_rank)
+        except CheckFailed as exc:
+            raise CheckFailed(f"{case.id} under {setting} ({launch_env(setting, c.op)}): {exc}") from None
         busbw[setting] = next(r.samples for r in records if isinstance(r, Measured) and r.name == "busbw_gbps")
     forced = {s: _median(v) for s, v in busbw.items() if s != DEFAULT}
     check(bool(forced), f"{case.id}: no forced setting ran ({unavailable}): nothing to compare the default with")
