@@ -260,7 +260,8 @@ def test_moe_hot_expert_fires(tmp_path):
     bad = _run(tmp_path, "mutated", [MOE_UNIFORM], "moe_hot_expert")
     for name in ("step_over_balanced", "combine_wait_share", "rank_load_max_over_mean"):
         r = judge(bad, MOE_UNIFORM, name, baseline=clean)
-        print(f"{name}: {r.verdict['outcome']} ({r.verdict['explanation']})")
+        print(f"{name}: {r.baseline['median']:.3g} -> {r.summary.median:.3g}: {r.verdict['outcome']} "
+              f"({r.verdict['explanation']})")
     assert_fires(judge(bad, MOE_UNIFORM, "expert_slowest_over_fastest", baseline=clean))
 
 

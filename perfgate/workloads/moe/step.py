@@ -17,7 +17,8 @@ experts: the effect the seed report saw (§16.4), measured by the reduce as each
 time above the fastest rank's (perfgate.workloads.moe.reduce_metrics).
 
 Timed steps are interleaved over the distributions (balanced, uniform, zipf, hot: step i of each
-side by side), so slow drift of a shared machine's load cancels out of their paired ratios.
+side by side), so slow drift of a shared machine's load cancels out of their paired ratios; each
+round starts with the next distribution, so none always runs first after the round's start.
 After timing, one more step per distribution is checked element by element against a reference
 that every rank computes alone, without communication, from the same seeded experts. Tokens are
 small integers and weights in {-1, 0, 1}, so every product and sum is exact in float32
@@ -195,7 +196,8 @@ def run(spec: MoESpec, ctx) -> dict:
     results = {name: {p: [] for p in PHASES} for name in spec.distributions}
     for i in range(spec.warmup_steps + spec.measured_steps):
         ctx.phase(f"{'warm-up' if i < spec.warmup_steps else 'timed'} round {i}")
-        for name in spec.distributions:    # interleaved: step i of every distribution side by side
+        shift = i % len(spec.distributions)  # each round starts one later: no case always goes first
+        for name in spec.distributions[shift:] + spec.distributions[:shift]:
             dist.barrier()
             got = _step(torch, dist, spec, ctx, x, local, routes[name], clock)
             if i >= spec.warmup_steps:
