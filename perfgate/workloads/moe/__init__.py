@@ -7,7 +7,7 @@ paired within one run at equal token counts. :func:`measure` returns every rank'
 the whole launch; :func:`reduce` turns one distribution's into the metrics its test records.
 
 Profiles: CPU, gloo with 2 and 4 ranks (one thread each; 2-core CI machines), 512 tokens per
-rank, hidden 128, FFN 512, top-2 over 2 experts per rank; GPU, NCCL on 2/4/8 GPUs, 8192 tokens
+rank, hidden 256, FFN 1024, top-2 over 2 experts per rank; GPU, NCCL on 2/4/8 GPUs, 8192 tokens
 per rank, hidden 1024, FFN 2048.
 """
 from __future__ import annotations
@@ -37,10 +37,12 @@ class Profile:
     distributions: tuple[str, ...] = DISTRIBUTIONS
     k: int = 2
     experts_per_rank: int = 2
+    assumed_gflop_s: float = 5.0  # a slow rank's expert throughput: sets the hang budget, nothing else
 
 
 CPU = Profile("cpu", "gloo", worlds=(2, 4), tokens=512, hidden=256, ffn=1024, warmup_steps=2, measured_steps=12)
-GPU = Profile("gpu", "nccl", worlds=(2, 4, 8), tokens=8192, hidden=1024, ffn=2048, warmup_steps=5, measured_steps=20)
+GPU = Profile("gpu", "nccl", worlds=(2, 4, 8), tokens=8192, hidden=1024, ffn=2048, warmup_steps=5, measured_steps=20,
+              assumed_gflop_s=2000.0)
 PROFILES = {"cpu": CPU, "gpu": GPU}
 
 
@@ -58,7 +60,8 @@ def cases(profile: Profile) -> list[Case]:
     for world in profile.worlds:
         spec = MoESpec(world=world, distributions=(REFERENCE, *profile.distributions), tokens=profile.tokens,
                        hidden=profile.hidden, ffn=profile.ffn, k=profile.k, experts_per_rank=profile.experts_per_rank,
-                       warmup_steps=profile.warmup_steps, measured_steps=profile.measured_steps)
+                       warmup_steps=profile.warmup_steps, measured_steps=profile.measured_steps,
+                       assumed_gflop_s=profile.assumed_gflop_s)
         cpu = profile.backend == "gloo"
         key = f"gloo-{world}rank" if cpu else f"nccl-{world}gpu"
         marks = ("cpu",) if cpu else (f"{world}gpu",)

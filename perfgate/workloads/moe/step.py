@@ -49,6 +49,7 @@ class MoESpec:
     warmup_steps: int = 2
     measured_steps: int = 12
     seed: int = 0
+    assumed_gflop_s: float = 5.0     # a slow rank's expert throughput, for the hang budget only
 
     def __post_init__(self):
         for name in self.distributions:
@@ -75,10 +76,10 @@ class MoESpec:
 
     def expected_s(self) -> float:
         """Healthy work time on the slow side (the launcher's hang budget is 3x this): every step
-        at 1 GFLOP/s for three times a balanced rank's expert work, plus 50 ms of communication."""
+        does three times a balanced rank's expert work at ``assumed_gflop_s``, plus 50 ms."""
         flops = self.tokens * self.k * 4 * self.hidden * self.ffn
         steps = (self.warmup_steps + self.measured_steps + 1) * len(self.distributions)
-        return steps * (3 * flops / 1e9 + 0.05)
+        return steps * (3 * flops / (self.assumed_gflop_s * 1e9) + 0.05)
 
 
 def _experts(torch, spec: MoESpec, first: int, count: int, device):
