@@ -76,6 +76,13 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              "bf16 matrix products on the step's stream, calibrated to the step's device time",
              "perfgate/workloads/training/engine.py (BuiltCase.run_step, perfgate/workloads/device_burn.py)",
              default_factor=0.10, neutral_factor=0.0, max_factor=100.0),
+    Mutation("moe_hot_expert", "moe",
+             "the MoE router sends the uniform case's tokens to one hot expert (hot0.5: ~80 % of tokens pick "
+             "expert 0), so one rank computes the most and every other waits for it in the combine",
+             "perfgate/workloads/moe/routing.py (effective)"),
+    Mutation("nccl_bad_default", "collectives",
+             "NCCL's default is replaced by a bad fixed choice (NCCL_PROTO=Simple, one channel) in the tuner "
+             "crossover sweep's default launch", "perfgate/workloads/collectives/tuner.py (launch_env)"),
     Mutation("cache_fifo_eviction", "offload",
              "the expert cache (admit-after-N policy) evicts in insertion order instead of least recently used",
              "perfgate/workloads/offload/cache_sim.py (admit_after_hits)"),

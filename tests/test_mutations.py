@@ -8,8 +8,8 @@ verdict must be ``regression`` and the metric gated. Metrics that are determinis
 parameter imbalance) are judged against the committed baselines instead: no second run needed.
 
 CI runs the short selection: the harness checks, offload, the expert cache, collectives and the
-stage split's fast form (about 3.5 minutes on the busy 2-core VM, less on a quiet one). The cases
-marked ``slow`` (the real pipeline run, DDP, the vLLM server with two start-ups) run only with
+fast forms of the MoE hot expert and the stage split (about 3.5 minutes on the busy 2-core VM, less on a quiet one). The cases
+marked ``slow`` (the real pipeline run, DDP, the vLLM server with two start-ups, the MoE perf test twice) run only with
 ``PERFGATE_MUTATIONS=all``.
 """
 from __future__ import annotations
@@ -219,6 +219,52 @@ def test_repeated_collectives_fire(tmp_path):
         assert_fires(max(results, key=lambda r: r.summary.median / r.baseline["median"]))
 
 
+MOE_UNIFORM = "perf/moe/test_moe_all_to_all.py::test_moe_all_to_all[gloo-4rank-uniform]"
+
+
+@pytest.mark.cpu
+def test_moe_hot_expert_moves_the_uniform_ratios(monkeypatch):
+    """The fast form (one real 4-rank launch): with ``moe_hot_expert`` the uniform case's tokens are
+    routed exactly as the hot0.5 case's (tests/test_moe.py checks the routing is identical), so the
+    hot0.5 case's records of a clean launch are what the mutated uniform case would record. Judged
+    by the gate against the uniform case's records of the same launch: the slowest over the fastest
+    rank's expert work (CPU time: ranks share 2 cores) reads ~1.2 uniform and ~3.4 hot at 4 ranks."""
+    from perfgate.launch.jobs import launch
+    from perfgate.machine.hardware_id import resolve_hardware_id
+    from perfgate.store.baselines import BaselineEntry
+    from perfgate.workloads import moe
+
+    monkeypatch.delenv(mutations.ENV, raising=False)
+    uniform, hot = (next(c for c in moe.AREA.all_cases() if c.id == f"gloo-4rank-{d}") for d in ("uniform", "hot0.5"))
+    per_rank = launch(moe.TARGET, uniform.values.spec, world_size=4, backend="gloo", timeout_s=600)
+    clean = {r.name: r for r in moe.reduce(uniform, per_rank)}
+    planted = {r.name: r for r in moe.reduce(hot, per_rank)}
+    hw = resolve_hardware_id()
+    settings = load_settings(ROOT, hardware_id=hw)
+    name = "expert_slowest_over_fastest"
+    entry = BaselineEntry(unit="x", better="lower", summary=summarize(clean[name].samples), tol=None,
+                          provenance="measured")
+    metric = Metric(name, "x", "lower", summarize(planted[name].samples))
+    assert_fires(gate.evaluate(MOE_UNIFORM, metric, Choice(entry, hw, False, None), gate.Context.of(settings, hw)))
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+@long_case
+def test_moe_hot_expert_fires(tmp_path):
+    """The real perf test twice (clean, then with the uniform case routed through a hot expert),
+    ~50 s on the busy 2-core VM. The step-time ratio over the balanced reference moves less than
+    the expert work ratio on 2 cores (the hot rank gets a whole core while its peers wait): shown,
+    not required. 4 ranks: at 2 the hot rank holds only ~1.2x the mean rank's token slots."""
+    clean = _run(tmp_path, "clean", [MOE_UNIFORM], None)
+    bad = _run(tmp_path, "mutated", [MOE_UNIFORM], "moe_hot_expert")
+    for name in ("step_over_balanced", "combine_wait_share", "rank_load_max_over_mean"):
+        r = judge(bad, MOE_UNIFORM, name, baseline=clean)
+        print(f"{name}: {r.baseline['median']:.3g} -> {r.summary.median:.3g}: {r.verdict['outcome']} "
+              f"({r.verdict['explanation']})")
+    assert_fires(judge(bad, MOE_UNIFORM, "expert_slowest_over_fastest", baseline=clean))
+
+
 @pytest.mark.cpu
 def test_skewed_stage_split_moves_the_stage_parameters(monkeypatch):
     """The fast form: the pipeline workload's own layout and stage cut, as every rank builds it,
@@ -288,3 +334,17 @@ def test_serialized_batching_fires(tmp_path):
     clean = _run(tmp_path, "clean", [test_id], None)
     bad = _run(tmp_path, "mutated", [test_id], "serialized_batching")
     assert_fires(judge(bad, test_id, "generated_tokens_per_step", baseline=clean))
+
+
+TUNER_256MIB = "perf/collectives/test_nccl_tuner.py::test_nccl_tuner_default_vs_best[nccl-2gpu-all_reduce-256MiB]"
+
+
+@getattr(pytest.mark, "2gpu")
+def test_nccl_bad_default_fires(tmp_path):
+    """NCCL's default replaced by NCCL_PROTO=Simple with one channel in the tuner sweep's default
+    launch: at 256 MiB the default's busbw over the best forced setting's must read regression
+    (about 11 launches per run on 2 GPUs). On CPU-only machines the pure form in tests/test_moe.py
+    (test_tuner_gate_fails_a_planted_bad_default) runs the same reduce and gate on synthetic numbers."""
+    clean = _run(tmp_path, "clean", [TUNER_256MIB], None)
+    bad = _run(tmp_path, "mutated", [TUNER_256MIB], "nccl_bad_default")
+    assert_fires(judge(bad, TUNER_256MIB, "default_over_best_busbw", baseline=clean))
