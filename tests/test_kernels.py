@@ -50,6 +50,8 @@ def test_cases_are_one_per_impl_and_shape_on_one_gpu_with_triton():
     assert all(x.marks == ("1gpu", "triton") and x.group == "kernels-1gpu" for x in cases)
     assert {x.id.split("-")[0] for x in cases} == {"triton", "eager", "compile"}
     assert c.values.bytes_per_call == bytes_per_call(16384, 4096) == (2 * 16384 * 4096 + 4096) * 2
+    large = [x.id for x in cases if x.values.impl == "triton" and x.values.bytes_per_call >= kernels.DEVICE_BOUND_BYTES]
+    assert large == ["triton-h2048-t65536", "triton-h4096-t65536", "triton-h8192-t16384", "triton-h8192-t65536"]
 
 
 def test_triton_marker_skips_with_its_reason(monkeypatch):
@@ -62,7 +64,8 @@ def test_triton_marker_skips_with_its_reason(monkeypatch):
 def test_inputs_rotate_over_several_l2s_and_bursts_are_whole_rotations():
     small = bytes_per_call(4096, 2048)                  # 32 MiB: 8 sets = 256 MiB in flight
     sets = gpu_timing.buffer_sets(small, L2)
-    assert sets * small >= gpu_timing.ROTATE_L2_MULTIPLE * L2 and (sets - 1) * small < gpu_timing.ROTATE_L2_MULTIPLE * L2
+    held = gpu_timing.ROTATE_L2_MULTIPLE * L2
+    assert sets * small >= held and (sets - 1) * small < held
     calls = gpu_timing.calls_per_sample(small, sets)
     assert calls % sets == 0 and gpu_timing.MIN_CALLS <= calls <= gpu_timing.MAX_CALLS
     large = bytes_per_call(65536, 8192)                 # 2 GiB: two sets alternate
@@ -87,7 +90,8 @@ def test_a_burst_feeds_call_i_from_set_i_mod_n_and_keeps_each_output_until_its_s
 def test_eager_rmsnorm_on_cpu_lands_where_bf16_should_against_float64():
     gen = torch.Generator().manual_seed(random.randrange(2**31))
     x, w = rmsnorm_torch.random_inputs(33, 256, gen, "cpu")
-    err = rmsnorm_torch.relative_error(rmsnorm_torch.rmsnorm_eager(x, w), rmsnorm_torch.reference(x, w, dtype=torch.float64))
+    ref = rmsnorm_torch.reference(x, w, dtype=torch.float64)
+    err = rmsnorm_torch.relative_error(rmsnorm_torch.rmsnorm_eager(x, w), ref)
     assert 1e-4 < err < rmsnorm_torch.REL_ERROR_MAX  # bf16 output rounding is there, and nothing worse
 
 
@@ -133,18 +137,21 @@ def test_reduce_gives_time_bandwidth_fraction_and_paired_ratios():
     raw = _shape_run(LARGE, triton_us=TRITON_US, eager_us=6 * TRITON_US, compile_us=1.1 * TRITON_US, seed=1)
     rec = _recorded(LARGE, raw)
     m = rec.metrics
-    assert set(m) == {"time_us", "bandwidth_gbps", "copy_bandwidth_fraction", "triton_over_eager", "triton_over_compile"}
+    assert set(m) == {"time_us", "bandwidth_gbps", "copy_bandwidth_fraction", "triton_over_eager",
+                      "triton_over_compile"}
     t = raw.shape.impls["triton"].time_us
     assert list(m["time_us"].summary.samples) == t and m["time_us"].device_busy == pytest.approx(0.97)
     assert m["bandwidth_gbps"].summary.samples[3] == pytest.approx(LARGE_BYTES / (t[3] * 1e-6) / 1e9)
     assert m["copy_bandwidth_fraction"].summary.median == pytest.approx(0.85, abs=0.02)
-    assert m["copy_bandwidth_fraction"].depends == "host" and m["copy_bandwidth_fraction"].device_busy == pytest.approx(0.97)
+    fraction = m["copy_bandwidth_fraction"]
+    assert fraction.depends == "host" and fraction.device_busy == pytest.approx(0.97)
     assert m["triton_over_eager"].summary.samples[5] == pytest.approx(t[5] / raw.shape.impls["eager"].time_us[5])
     assert m["triton_over_compile"].summary.median == pytest.approx(1 / 1.1, rel=0.03)
     spec = rec.attachments["spec"]
     assert spec["bytes_per_call"] == LARGE_BYTES and spec["triton_variant"] == "coalesced"
     eager = _recorded("eager-h8192-t65536", raw).metrics
-    assert "triton_over_eager" not in eager and eager["copy_bandwidth_fraction"].summary.median == pytest.approx(0.85 / 6, rel=0.03)
+    assert "triton_over_eager" not in eager
+    assert eager["copy_bandwidth_fraction"].summary.median == pytest.approx(0.85 / 6, rel=0.03)
 
 
 @pytest.mark.parametrize("case_id, fields, match", [

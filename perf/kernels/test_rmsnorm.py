@@ -6,7 +6,7 @@ once, over that time) as a fraction of a large device-to-device copy measured in
 for Triton, its time over eager's and over compile's, measured in the same rounds. Every
 implementation is first checked against the fp32 reference on fresh random inputs (the Triton
 output poisoned and checked fully written); the device's busy share is recorded beside each
-timing, and a call of 256 MiB or more must keep the device busy (else the test says host-bound).
+timing, and a call of 512 MiB or more must keep the device busy (else the test says host-bound).
 How: perfgate.workloads.kernels; what it means and how to run it: docs/kernels.md.
 """
 from __future__ import annotations

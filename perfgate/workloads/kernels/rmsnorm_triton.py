@@ -78,7 +78,8 @@ def launcher(pattern: str) -> Callable:
         if out is None:
             out = torch.empty((tokens, hidden), dtype=x.dtype, device=x.device)
         elif out.shape != x.shape or out.stride(1) != 1:
-            raise ValueError(f"out must be {tuple(x.shape)} with contiguous rows, got {tuple(out.shape)} {out.stride()}")
+            raise ValueError(f"out must be {tuple(x.shape)} with contiguous rows, got {tuple(out.shape)} "
+                             f"strides {out.stride()}")
         block = max(triton.next_power_of_2(hidden), LANES)  # the strided pattern needs BLOCK >= LANES
         _rmsnorm_rows[(tokens,)](x, weight, out, x.stride(0), out.stride(0), hidden, eps,
                                  BLOCK=block, LANES=LANES, STRIDED=strided, num_warps=num_warps(block))
