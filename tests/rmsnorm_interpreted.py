@@ -5,13 +5,26 @@ reads that variable when a kernel is decorated, its own library kernels (``tl.su
 function) included, so it must be set before ``triton.language`` is first imported, which a
 pytest process may already have done.
 
+Two parts:
+
+- ``kernel`` lines: both access patterns on small shapes against a float64 reference, the
+  output poisoned with NaN first;
+- one ``shape`` line: the whole of ``rmsnorm_bench.measure_shape`` (numerics, rotating sets,
+  bursts, rounds, busy shares) on CPU tensors, to run the GPU path's plumbing where no GPU is.
+  Faked for that, and only that: CUDA events (a host clock), synchronize, the device's name and
+  L2 size, the profiler's busy share (0.96), and torch.compile (eager: inductor's CPU build takes
+  minutes on this machine and is not what the GPU runs). The times it prints are meaningless.
+
 Usage: TRITON_INTERPRET=1 python tests/rmsnorm_interpreted.py SEED
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
+import time
+import types
 
 import torch
 
@@ -19,17 +32,12 @@ from perfgate.workloads.kernels import rmsnorm_torch
 
 # (tokens, hidden, row_pad): row_pad > 0 makes rows further apart than they are long (a strided x)
 SHAPES = [(5, 64, 0), (3, 100, 0), (4, 2048, 0), (6, 24, 9), (3, 300, 37)]
+DRY_SHAPE = (8, 256)   # tokens, hidden of the measure_shape dry run
 
 
-def main(seed: int) -> None:
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        raise SystemExit("set TRITON_INTERPRET=1: the kernels must be decorated for the interpreter")
+def check_kernels(gen) -> None:
     from perfgate.workloads.kernels import rmsnorm_triton
 
-    import triton
-
-    print(json.dumps({"triton": triton.__version__}), flush=True)
-    gen = torch.Generator().manual_seed(seed)
     for pattern in ("coalesced", "uncoalesced"):
         rmsnorm = rmsnorm_triton.launcher(pattern)
         for tokens, hidden, row_pad in SHAPES:
@@ -38,9 +46,50 @@ def main(seed: int) -> None:
             out = torch.full((tokens, hidden), float("nan"), dtype=torch.bfloat16)
             got = rmsnorm(x, weight, out)
             ref = rmsnorm_torch.reference(x, weight, dtype=torch.float64)
-            print(json.dumps({"pattern": pattern, "tokens": tokens, "hidden": hidden, "row_stride": x.stride(0),
+            print(json.dumps({"kernel": pattern, "tokens": tokens, "hidden": hidden, "row_stride": x.stride(0),
                               "same_buffer": got is out, "unwritten": rmsnorm_torch.unwritten(out),
                               "rel_error": rmsnorm_torch.relative_error(out, ref)}), flush=True)
+
+
+class _HostClockEvent:
+    def __init__(self, enable_timing: bool = False):
+        self.t = None
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: "_HostClockEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+def dry_run_measure_shape() -> None:
+    from perfgate.workloads import device_time
+    from perfgate.workloads.kernels import gpu_timing, rmsnorm_bench
+
+    torch.cuda.Event = _HostClockEvent
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.empty_cache = lambda: None
+    torch.cuda.get_device_name = lambda device=None: "cpu (dry run)"
+    torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(L2_cache_size=1 << 10)  # 2 sets
+    device_time.measure = lambda fn, device: (fn(), device_time.DeviceWindow(span_ms=1.0, busy_ms=0.96))
+    rmsnorm_torch.compiled_rmsnorm = lambda: rmsnorm_torch.rmsnorm_eager
+    gpu_timing.BYTES_PER_SAMPLE = 1          # the fewest calls a burst takes
+    rmsnorm_bench.ROUNDS = 5
+    shape = rmsnorm_bench.measure_shape(*DRY_SHAPE, device="cpu")
+    print(json.dumps({"shape": dataclasses.asdict(shape)}), flush=True)
+
+
+def main(seed: int) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise SystemExit("set TRITON_INTERPRET=1: the kernels must be decorated for the interpreter")
+    import triton
+
+    print(json.dumps({"triton": triton.__version__}), flush=True)
+    check_kernels(torch.Generator().manual_seed(seed))
+    dry_run_measure_shape()
 
 
 if __name__ == "__main__":

