@@ -9,11 +9,13 @@ Two parts:
 
 - ``kernel`` lines: both access patterns on small shapes against a float64 reference, the
   output poisoned with NaN first;
-- one ``shape`` line: the whole of ``rmsnorm_bench.measure_shape`` (numerics, rotating sets,
-  bursts, rounds, busy shares) on CPU tensors, to run the GPU path's plumbing where no GPU is.
-  Faked for that, and only that: CUDA events (a host clock), synchronize, the device's name and
-  L2 size, the profiler's busy share (0.96), and torch.compile (eager: inductor's CPU build takes
-  minutes on this machine and is not what the GPU runs). The times it prints are meaningless.
+- ``area`` lines: the three cases of one shrunk shape through ``AREA.run`` on CPU tensors (the
+  copy probe and the shape's run through one run cache, ``measure_shape``'s numerics, rotating
+  sets, bursts, rounds and busy shares, the reduce), to run the GPU path's plumbing where no GPU
+  is. Faked for that, and only that: the device (the CPU), CUDA events (a host clock),
+  synchronize, the device's name and L2 size, the profiler's busy share (0.96), and
+  torch.compile (eager: inductor's CPU build takes minutes on this machine and is not what the
+  GPU runs). The times it prints are meaningless.
 
 Usage: TRITON_INTERPRET=1 python tests/rmsnorm_interpreted.py SEED
 """
@@ -65,8 +67,12 @@ class _HostClockEvent:
         return (end.t - self.t) * 1e3
 
 
-def dry_run_measure_shape() -> None:
-    from perfgate.workloads import device_time
+def dry_run_area() -> None:
+    """Every implementation's case of one (shrunk) shape through ``AREA.run``: the copy probe and the
+    shape's run through one run cache, measure_shape, the reduce; one ``area`` line per case."""
+    from perfgate.runcache import RunCache
+    from perfgate.workloads import device_time, kernels
+    from perfgate.workloads.area import Measured
     from perfgate.workloads.kernels import gpu_timing, rmsnorm_bench
 
     torch.cuda.Event = _HostClockEvent
@@ -76,10 +82,19 @@ def dry_run_measure_shape() -> None:
     torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(L2_cache_size=1 << 10)  # 2 sets
     device_time.measure = lambda fn, device: (fn(), device_time.DeviceWindow(span_ms=1.0, busy_ms=0.96))
     rmsnorm_torch.compiled_rmsnorm = lambda: rmsnorm_torch.rmsnorm_eager
+    kernels._device = lambda: "cpu"
     gpu_timing.BYTES_PER_SAMPLE = 1          # the fewest calls a burst takes
+    gpu_timing.COPY_BYTES = 1 << 20
     rmsnorm_bench.ROUNDS = 5
-    shape = rmsnorm_bench.measure_shape(*DRY_SHAPE, device="cpu")
-    print(json.dumps({"shape": dataclasses.asdict(shape)}), flush=True)
+    runs = RunCache()
+    tokens, hidden = DRY_SHAPE
+    for case in kernels.AREA.cases(kernels.GPU)[:3]:  # triton, eager, compile of the first shape, shrunk
+        case = dataclasses.replace(case, values=dataclasses.replace(case.values, hidden=hidden, tokens=tokens))
+        records = kernels.AREA.run(runs, case)
+        print(json.dumps({"area": case.values.impl,
+                          "metrics": {r.name: r.record_kwargs() for r in records if isinstance(r, Measured)},
+                          "spec": next(r.data for r in records if not isinstance(r, Measured))}), flush=True)
+    print(json.dumps({"produced": runs.produced}), flush=True)
 
 
 def main(seed: int) -> None:
@@ -89,7 +104,7 @@ def main(seed: int) -> None:
 
     print(json.dumps({"triton": triton.__version__}), flush=True)
     check_kernels(torch.Generator().manual_seed(seed))
-    dry_run_measure_shape()
+    dry_run_area()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ run yet; docs/kernels.md says how to run it.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import os
@@ -225,20 +224,20 @@ def _interpreted(seed: int) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def interpreted() -> tuple[int, str, list[dict], dict]:
-    """(seed, Triton's version, one row per kernel check, measure_shape's dry run) from one run of
-    tests/rmsnorm_interpreted.py under the interpreter."""
+def interpreted() -> tuple[int, str, list[dict], dict[str, dict], int]:
+    """(seed, Triton's version, one row per kernel check, the dry run's records by impl, its run-cache
+    productions) from one run of tests/rmsnorm_interpreted.py under the interpreter."""
     seed = random.randrange(2**31)
     rows = _interpreted(seed)
     version = next(r["triton"] for r in rows if "triton" in r)
-    shape = next(r["shape"] for r in rows if "shape" in r)
-    return seed, version, [r for r in rows if "kernel" in r], shape
+    produced = next(r["produced"] for r in rows if "produced" in r)
+    return (seed, version, [r for r in rows if "kernel" in r], {r["area"]: r for r in rows if "area" in r}, produced)
 
 
 def test_triton_kernels_in_the_interpreter_match_float64_and_write_every_element(interpreted):
     """Both access patterns, on fresh random inputs: contiguous and strided rows, hidden sizes that are
     and are not powers of two (masked lanes), one below a warp's width (BLOCK padded to LANES)."""
-    seed, version, rows, _ = interpreted
+    seed, version, rows, _, _ = interpreted
     assert {r["kernel"] for r in rows} == {"coalesced", "uncoalesced"} and len(rows) == 10, rows
     bad = [r for r in rows if not (r["same_buffer"] and r["unwritten"] == 0
                                    and r["rel_error"] <= rmsnorm_torch.REL_ERROR_MAX)]  # NaN fails too
@@ -246,22 +245,24 @@ def test_triton_kernels_in_the_interpreter_match_float64_and_write_every_element
     assert any(r["row_stride"] > r["hidden"] for r in rows)
 
 
-def test_measure_shape_runs_end_to_end_on_cpu_and_its_run_reduces(interpreted):
-    """The GPU path's plumbing, CUDA events and the profiler faked (tests/rmsnorm_interpreted.py says
-    which): every implementation checked and timed, rounds and busy shares where the reduce reads them."""
-    seed, version, _, shape = interpreted
-    assert set(shape["impls"]) == {"triton", "eager", "compile"} and shape["variant"] == "coalesced"
-    assert shape["calls_per_sample"] % shape["buffer_sets"] == 0 and shape["buffer_sets"] >= 2
-    for impl, run in shape["impls"].items():
-        assert run["impl"] == impl and len(run["time_us"]) == 5 and len(run["busy"]) == 3, run
-        assert run["unwritten"] == 0 and run["rel_error"] <= rmsnorm_torch.REL_ERROR_MAX, (version, seed, run)
-    run = ShapeRun(**{**shape, "impls": {k: ImplRun(**v) for k, v in shape["impls"].items()}})
-    case = kernels.AREA.cases(kernels.GPU)[0]
-    case = dataclasses.replace(case, values=dataclasses.replace(case.values, hidden=run.hidden, tokens=run.tokens))
-    rec = PerfRecorder("perf/kernels/test_rmsnorm.py::test_rmsnorm[dry-run]")
-    record(rec, kernels.AREA.reduce(case, KernelRaw(run, CopyProbe([COPY_GBPS] * 9, 2 << 30, 5))))
-    assert rec.metrics["time_us"].summary.samples == tuple(run.impls["triton"].time_us)
-    assert rec.metrics["time_us"].device_busy == pytest.approx(0.96)
+def test_the_area_runs_end_to_end_on_cpu(interpreted):
+    """The GPU path's plumbing through AREA.run, the device, CUDA events, the profiler and
+    torch.compile faked (tests/rmsnorm_interpreted.py says how): one copy probe and one shape run
+    for the three cases, every implementation checked, rounds and busy shares where the reduce
+    reads them."""
+    seed, version, _, cases, produced = interpreted
+    assert set(cases) == {"triton", "eager", "compile"} and produced == 2  # the probe, the shape's run
+    triton = cases["triton"]
+    assert set(triton["metrics"]) == {"time_us", "bandwidth_gbps", "copy_bandwidth_fraction", "triton_over_eager",
+                                      "triton_over_compile"}
+    assert len(triton["metrics"]["time_us"]["samples"]) == 5 and triton["metrics"]["time_us"]["device_busy"] == 0.96
+    spec = triton["spec"]
+    assert spec["triton_variant"] == "coalesced" and spec["calls_per_sample"] % spec["buffer_sets"] == 0
+    assert max(spec["rel_error"].values()) <= rmsnorm_torch.REL_ERROR_MAX, (version, seed, spec)
+    assert spec["device_busy"] == {impl: [0.96] * 3 for impl in ("triton", "eager", "compile")}
+    assert len(spec["copy_probe"]["gbps"]) == gpu_timing.COPY_ROUNDS
+    assert set(cases["eager"]["metrics"]) == {"time_us", "bandwidth_gbps", "copy_bandwidth_fraction"}
+    assert cases["eager"]["spec"]["inputs_seed"] == spec["inputs_seed"]  # read from the one run
 
 
 def test_the_launcher_reads_the_planted_bug_and_refuses_bad_shapes_before_launching(monkeypatch):

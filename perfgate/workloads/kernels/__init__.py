@@ -88,16 +88,21 @@ def _gpu_lock_ids() -> list[int]:
     return [int(first)] if first.isdigit() else []
 
 
+def _device():
+    """The GPU this process measures on (tests/rmsnorm_interpreted.py puts the CPU here for its dry run)."""
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def measure(runs: RunCache, case: Case) -> KernelRaw:
     """The shape's run (every implementation, measured together once per session) and the session's
     copy probe, both through the run cache, under the GPU's lock."""
-    import torch
-
     from perfgate.machine.gpu_locks import gpu_locks
     from perfgate.workloads.kernels import gpu_timing, rmsnorm_bench
 
     c: RMSNormCase = case.values
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = _device()
 
     def key(impl):
         return ("kernels", "rmsnorm", c.hidden, c.tokens, impl)
