@@ -76,13 +76,13 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              "bf16 matrix products on the step's stream, calibrated to the step's device time",
              "perfgate/workloads/training/engine.py (BuiltCase.run_step, perfgate/workloads/device_burn.py)",
              default_factor=0.10, neutral_factor=0.0, max_factor=100.0),
+    Mutation("cache_fifo_eviction", "offload",
+             "the expert cache (admit-after-N policy) evicts in insertion order instead of least recently used",
+             "perfgate/workloads/offload/cache_sim.py (admit_after_hits)"),
     Mutation("rmsnorm_uncoalesced", "kernels",
              "the Triton RMSNorm reads and writes each row with a strided pattern: the 32 lanes of a warp touch "
              "32 different cache lines instead of one contiguous run (same results, uncoalesced memory access)",
              "perfgate/workloads/kernels/rmsnorm_triton.py (variant)"),
-    Mutation("cache_fifo_eviction", "offload",
-             "the expert cache (admit-after-N policy) evicts in insertion order instead of least recently used",
-             "perfgate/workloads/offload/cache_sim.py (admit_after_hits)"),
 )}
 
 
