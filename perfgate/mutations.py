@@ -86,6 +86,10 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("cache_fifo_eviction", "offload",
              "the expert cache (admit-after-N policy) evicts in insertion order instead of least recently used",
              "perfgate/workloads/offload/cache_sim.py (admit_after_hits)"),
+    Mutation("rmsnorm_uncoalesced", "kernels",
+             "the Triton RMSNorm reads and writes each row with a strided pattern: the 32 lanes of a warp touch "
+             "32 different cache lines instead of one contiguous run (same results, uncoalesced memory access)",
+             "perfgate/workloads/kernels/rmsnorm_triton.py (variant)"),
 )}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perfgate.judge.metrics import MetricError, paired_ratio, paired_saving
-from perfgate.workloads import collectives, offload, pipeline, serving, training
+from perfgate.workloads import collectives, kernels, offload, pipeline, serving, training
 from perfgate.workloads.area import Case, CheckFailed, Measured
 from perfgate.workloads.pipeline import records as pipeline_records
 from perfgate.workloads.serving.starvation import STARVED_MS, starved, unstarved_runs
@@ -65,7 +65,7 @@ def test_megatron_tp_reduce_takes_the_slowest_step_and_largest_peak():
 
 
 def test_every_area_lists_cases_with_unique_ids():
-    for area in (collectives.AREA, training.AREA, pipeline.AREA, serving.AREA, offload.AREA):
+    for area in (collectives.AREA, training.AREA, pipeline.AREA, serving.AREA, offload.AREA, kernels.AREA):
         every = [c for profile in area.profiles.values() for c in area.cases(profile)]
         keys = [(c.kind, c.id) for c in every]
         assert keys and len(keys) == len(set(keys)), area.name

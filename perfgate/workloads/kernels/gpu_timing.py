@@ -1,0 +1,105 @@
+"""Timing one memory-bound GPU operation so that the figure is the device's, not the cache's or the host's.
+
+- **Not the L2.** A call whose inputs are still in the L2 (60 MB on an H200) from the call
+  before reads them at cache speed. Calls rotate among :func:`buffer_sets` input sets, together
+  several times the L2, and every call's output is kept alive until its set comes round again,
+  so each call also writes memory the previous few did not (the caching allocator cannot hand
+  back the block just written).
+- **Not the launch.** Device work is asynchronous: CUDA events bracket a *burst* of back-to-back
+  calls (:class:`Burst`), long enough that the two event records are noise, and the time per
+  call is the span over the calls. Whether the host kept the device fed during such a burst is
+  measured separately (perfgate.workloads.device_time: the busy share of one profiled burst),
+  never under the profiler while timing.
+- **The ceiling of this lease.** :func:`copy_bandwidth` times a large device-to-device copy,
+  counting bytes read plus bytes written, on the machine in hand: a kernel's bandwidth is judged
+  as a fraction of it, not of a datasheet figure.
+
+Nothing here knows RMSNorm: perfgate.workloads.kernels.rmsnorm_bench builds the calls.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from perfgate.workloads.kernels.raw import CopyProbe
+
+ROTATE_L2_MULTIPLE = 4       # input sets rotated through hold at least this many L2s
+MIN_BUFFER_SETS = 2          # even a call far larger than the L2 alternates two sets
+BYTES_PER_SAMPLE = 8 << 30   # one timed burst moves about this much: milliseconds at HBM speed
+MIN_CALLS, MAX_CALLS = 10, 512
+FALLBACK_L2_BYTES = 64 << 20  # torch builds that do not report the L2 size: an H100/H200-sized guess
+
+COPY_BYTES = 2 << 30         # the copy probe's buffer: 34 times an H200's L2
+COPY_ROUNDS, COPIES_PER_ROUND, COPY_WARMUP = 9, 5, 3
+
+
+def buffer_sets(bytes_per_call: int, l2_bytes: int) -> int:
+    """Input sets to rotate among so the ones in flight hold ROTATE_L2_MULTIPLE L2s (at least 2)."""
+    if bytes_per_call <= 0 or l2_bytes <= 0:
+        raise ValueError(f"bytes per call and L2 size must be positive, got {bytes_per_call} and {l2_bytes}")
+    return max(MIN_BUFFER_SETS, math.ceil(ROTATE_L2_MULTIPLE * l2_bytes / bytes_per_call))
+
+
+def calls_per_sample(bytes_per_call: int, sets: int) -> int:
+    """Calls in one timed burst: about BYTES_PER_SAMPLE moved, MIN..MAX_CALLS, a whole number of
+    rotations (so the next burst starts on the set used longest ago)."""
+    calls = min(MAX_CALLS, max(MIN_CALLS, math.ceil(BYTES_PER_SAMPLE / bytes_per_call)))
+    return sets * math.ceil(calls / sets)
+
+
+def l2_bytes(device) -> int:
+    """The device's L2 size as torch reports it (FALLBACK_L2_BYTES where it does not)."""
+    import torch
+
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or FALLBACK_L2_BYTES)
+
+
+class Burst:
+    """``calls`` back-to-back calls of ``fn`` over the input sets, outputs kept in a ring.
+
+    ``fn(*inputs[i % sets])`` for call i; its result replaces the ring's entry i % sets, so the
+    output of a call lives until its set comes round again (fresh memory written every call)."""
+
+    def __init__(self, fn: Callable[..., Any], inputs: Sequence[tuple], calls: int):
+        if calls % len(inputs):
+            raise ValueError(f"a burst of {calls} calls is not a whole number of rotations over {len(inputs)} sets")
+        self.fn, self.inputs, self.calls = fn, list(inputs), calls
+        self.ring: list[Any] = [None] * len(self.inputs)
+
+    def __call__(self) -> None:
+        n = len(self.inputs)
+        for i in range(self.calls):
+            self.ring[i % n] = self.fn(*self.inputs[i % n])
+
+    def timed_ms(self) -> float:
+        """One burst between two CUDA events on the current stream: its span in ms on the device."""
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        self()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+    def release(self) -> None:
+        self.ring = [None] * len(self.inputs)
+
+
+def copy_bandwidth(device) -> CopyProbe:
+    """(bytes read + bytes written) / time of a COPY_BYTES device-to-device copy, per round of
+    COPIES_PER_ROUND copies, after COPY_WARMUP; random data (never zeros), events around each round."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(20261202)
+    src = torch.randn(COPY_BYTES // 2, generator=gen, device=device, dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    for _ in range(COPY_WARMUP):
+        dst.copy_(src)
+    copies = Burst(lambda: dst.copy_(src), [()], COPIES_PER_ROUND)
+    gbps = [2 * COPY_BYTES * COPIES_PER_ROUND / (copies.timed_ms() * 1e-3) / 1e9 for _ in range(COPY_ROUNDS)]
+    if not torch.equal(dst, src):
+        raise AssertionError("the copy probe's destination differs from its source: the device copy is broken")
+    del src, dst
+    torch.cuda.empty_cache()
+    return CopyProbe(gbps=gbps, nbytes=COPY_BYTES, copies_per_sample=COPIES_PER_ROUND)
