@@ -27,7 +27,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from perfgate import cli
 from perfgate.judge.config import Settings
 from perfgate.judge.fingerprint_check import compare as compare_fingerprints
-from perfgate.judge.gate import evaluate
+from perfgate.judge.baseline_choice import Choice
+from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric, summarize
 from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
 from perfgate.store.results import MetricResult, make_document
@@ -143,7 +144,7 @@ def _judge_against_store(root: Path, what) -> None:
     entry = store.lookup(HW, "serving", TEST, METRIC)
     assert entry is not None, what
     diff = compare_fingerprints(store.document(HW, "serving").get("fingerprint"), FINGERPRINT)
-    result = evaluate(TEST, CURRENT, entry, settings=Settings(baselines=root, **GATE_ALL), hardware_id=HW, diff=diff)
+    result = evaluate(TEST, CURRENT, Choice(entry, HW, False, diff), Context.of(Settings(baselines=root, **GATE_ALL), HW))
     assert_not_pass(result, what)
 
 
@@ -266,7 +267,7 @@ def test_gate_never_passes_on_non_finite_run_medians_built_in_code(tmp_path, med
     entry = BaselineEntry(unit="ms", better="lower", summary=summarize([0.4] * 7), tol=0.1, provenance="measured",
                           runs=tuple({"median": median, "n": 7} for _ in range(3)))
     with pytest.raises(ValueError, match="not a finite number"):
-        evaluate(TEST, CURRENT, entry, settings=Settings(baselines=tmp_path), hardware_id=HW)
+        evaluate(TEST, CURRENT, Choice(entry, HW, False, None), Context.of(Settings(baselines=tmp_path), HW))
 
 
 def test_absurd_run_medians_are_refused_or_capped(tmp_path):
@@ -284,7 +285,7 @@ def test_absurd_run_medians_are_refused_or_capped(tmp_path):
     # the widening stops at 100 % and the verdict says so
     entry = BaselineEntry(unit="ms", better="lower", summary=summarize([1.0] * 7), tol=0.1, provenance="measured",
                           runs=tuple({"median": m, "n": 7} for m in (1e-300, 1.0, 1e29)))
-    result = evaluate(TEST, CURRENT, entry, settings=Settings(baselines=tmp_path), hardware_id=HW)
+    result = evaluate(TEST, CURRENT, Choice(entry, HW, False, None), Context.of(Settings(baselines=tmp_path), HW))
     assert result.tol == 1.0 and result.outcome == "regression", result.verdict
     assert "tolerance is capped at 100%" in result.verdict["explanation"]
     assert result.verdict["baseline_median"] == 1.0

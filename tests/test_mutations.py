@@ -129,8 +129,10 @@ def _run(tmp_path: Path, name: str, selection: list[str], mutation: str | None, 
     extra = dict(env or {})
     if mutation:
         extra[mutations.ENV] = mutation
+    # --perf-preflight off: these runs prove the gate fires on a planted bug; on a busy machine the load
+    # watch would rightly mark them tainted, and a tainted run is no baseline to judge the bug against
     out = _pytest([*selection, "--perf-save", str(path), "--perf-baselines", str(tmp_path / "empty-baselines"),
-                   "--perf-retries", "0"], extra)
+                   "--perf-retries", "0", "--perf-preflight", "off"], extra)
     assert out.returncode == 0, f"{name} run failed:\n{out.stdout[-4000:]}\n{out.stderr[-2000:]}"
     doc = results_mod.load(path)
     assert bool(doc.get(mutations.RESULTS_KEY)) == bool(mutation)

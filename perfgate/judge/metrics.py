@@ -168,13 +168,12 @@ class Metric:
         if self.better not in DIRECTIONS:
             raise MetricError(f"metric {self.name!r}: better must be 'higher' or 'lower', got {self.better!r}")
         unit_family(self.unit)
-        if self.tol is None:
-            return
-        if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float)) or not 0 <= self.tol:  # NaN too
-            raise MetricError(f"metric {self.name!r}: tol must be a non-negative number, got {self.tol!r}")
-        if self.tol > MAX_TOLERANCE:
-            raise MetricError(f"metric {self.name!r}: tol must be at most {MAX_TOLERANCE:g} ({MAX_TOLERANCE:.0%}: "
-                              f"0.05 is 5 %), got {self.tol!r}")
+        if self.tol is not None:
+            if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float)) or not 0 <= self.tol:  # NaN too
+                raise MetricError(f"metric {self.name!r}: tol must be a non-negative number, got {self.tol!r}")
+            if self.tol > MAX_TOLERANCE:
+                raise MetricError(f"metric {self.name!r}: tol must be at most {MAX_TOLERANCE:g} "
+                                  f"({MAX_TOLERANCE:.0%}: 0.05 is 5 %), got {self.tol!r}")
         check_depends(self.depends, f"metric {self.name!r}")
         check_device_busy(self.device_busy, f"metric {self.name!r}")
         if self.device_busy is not None and self.dependency in MACHINE_FREE:
