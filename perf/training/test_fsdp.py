@@ -33,3 +33,17 @@ def test_fsdp_throughput(perf, runs, case):
     gates nothing on the CPU machine: it is the reference of the others' ratios (its tokens/s is
     absolute, gated on GPU hardware ids)."""
     record(perf, AREA.run(runs, case))
+
+
+@parametrize(AREA, "fsdp_wrap")
+def test_fsdp_wrap_policy(perf, runs, case):
+    """Each GPTBlock its own FSDP unit against the root alone (seed §16.9): the tracker peak of block
+    wrapping over root wrapping, and the exact all-gathers and reduce-scatters per step of both."""
+    record(perf, AREA.run(runs, case))
+
+
+@parametrize(AREA, "fsdp_prefetch")
+def test_fsdp_backward_prefetch(perf, runs, case):
+    """FSDP1 BACKWARD_PRE against no backward prefetch (seed §16.9): the prefetched all-gathers per
+    step (exact) and the throughput ratio, paired step by step (interleaved on CPU)."""
+    record(perf, AREA.run(runs, case))
