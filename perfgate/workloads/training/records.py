@@ -163,13 +163,7 @@ def bucket(case: Case, raw: TrainingRaw) -> list[Record]:
     reference = plans.bucket_label(ref_mb)
     cur, ref = _summary(raw, c.label), _summary(raw, reference)
     _finite(cur)
-    calls, ref_calls = max(cur.allreduce_calls), max(ref.allreduce_calls)
-    cap = cur.info["bucket_cap_mb"]
-    check(min(cur.allreduce_calls) >= 1, "DDP reduced no bucket: gradients were never synchronised")
-    if cap < ref_mb:
-        check(calls >= ref_calls, f"cap {cap} MiB made fewer all-reduces ({calls}) than the reference ({ref_calls})")
-    elif cap > ref_mb:
-        check(calls <= ref_calls, f"cap {cap} MiB made more all-reduces ({calls}) than the reference ({ref_calls})")
+    # Exact: the buckets these gradient sizes make at this cap (a wrong or ignored cap fails here).
     out = _throughput(cur) + _ddp_anatomy(cur) + _exposed_comm(cur) + [
         Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower")]
     if c.label != reference:
@@ -185,12 +179,10 @@ def accumulation(case: Case, raw: TrainingRaw) -> list[Record]:
     lazy_label, eager_label = f"ga{ga}-no_sync", f"ga{ga}-sync_every_micro"
     cur, lazy, eager = _summary(raw, c.label), _summary(raw, lazy_label), _summary(raw, eager_label)
     _finite(cur)
-    check(max(eager.allreduce_calls) == min(eager.allreduce_calls) == ga * max(lazy.allreduce_calls),
-          f"all-reduce calls per step: sync_every_micro {eager.allreduce_calls} should be {ga} x "
-          f"no_sync {lazy.allreduce_calls}")
+    # Exact on both sides (buckets x synchronised micro-batches): a lost no_sync() fails here.
+    anatomy = {lazy_label: _ddp_anatomy(lazy), eager_label: _ddp_anatomy(eager)}
     diff = max_abs_diff(lazy.global_losses(), eager.global_losses())
     check(diff < DDP_LOSS_ATOL[c.profile.backend], f"no_sync changed the training trajectory by {diff:.2e}")
-    anatomy = {lazy_label: _ddp_anatomy(lazy), eager_label: _ddp_anatomy(eager)}  # exact: a lost no_sync fails
     out = _throughput(cur) + anatomy[c.label] + _exposed_comm(cur) + [
         Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower")]
     if c.label == lazy_label:

@@ -278,7 +278,8 @@ class FSDPJob:
         return replace(self, modes=tuple(keep))
 
     def tracks(self, mode: ShardingMode) -> bool:
-        return mode.reduce_dtype in self.tracked_reduce_dtypes
+        # the prefetch comparison reads throughput and collectives only: no tracked steps for it
+        return mode.reduce_dtype in self.tracked_reduce_dtypes and mode.backward_prefetch
 
     def mode(self, label: str) -> ShardingMode:
         for m in self.modes:
