@@ -12,6 +12,11 @@ CPU and GPU (deterministic: the saving ratio is the CPU gate); GPUs add
 (TEST-ONLY, see docs/training.md) keeps a full extra parameter copy alive on every rank,
 which makes test_fsdp_memory fail with verdict ``regression``. Cases, checks and records:
 perfgate.workloads.training (``cases``, ``measure``, ``records``).
+
+Step anatomy (seed §16.9; docs/training.md): block-level against root-only wrapping, and FSDP1
+backward prefetch on against off, measured in the same launch; the all-gathers, reduce-scatters
+and prefetched all-gathers of a step are checked exactly against counts computed from the wrapped
+units (perfgate.workloads.training.anatomy).
 """
 from __future__ import annotations
 

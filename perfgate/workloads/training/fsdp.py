@@ -87,7 +87,8 @@ def build_mode(job: FSDPJob, mode: ShardingMode, ctx, mesh) -> BuiltCase:
                               "amp": job.amp, "n_params": cfg.n_params, "wrap": mode.wrap,
                               "backward_prefetch": mode.backward_prefetch, "n_layer": cfg.n_layer})
     if mode.is_ddp:
-        step = accumulation_step(wrapped, opt, data, grad_accum=1, no_sync=True, device=device, amp=job.amp)
+        step = accumulation_step(wrapped, opt, data, grad_accum=1, no_sync=True, device=device, amp=job.amp,
+                                 counter=calls)
     else:
         logged_step = job.schedule.warmup_steps - 1  # the last warm-up step: lazy init is done, never timed
 

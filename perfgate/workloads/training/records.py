@@ -297,9 +297,10 @@ def fsdp_wrap(case: Case, raw: TrainingRaw) -> list[Record]:
                                     f"{block.tracker_error or root.tracker_error}")
     out: list[Record] = [Measured("all_gathers_per_step", [counts["all_gather"]], "count", "lower"),
                          Measured("reduce_scatters_per_step", [counts["reduce_scatter"]], "count", "lower")]
-    if tracked:  # deterministic: the CPU gate
-        out += [Measured("tracked_peak_mib", block.tracked_peak_mib, "MiB", "lower"),
-                Measured("root_wrap_tracked_peak_mib", root.tracked_peak_mib, "MiB", "lower"),
+    if tracked:  # deterministic: the CPU gate; the MiB figures are device memory on GPUs
+        where = ON_DEVICE if block.peak_alloc_gib else MappingProxyType({})
+        out += [Measured("tracked_peak_mib", block.tracked_peak_mib, "MiB", "lower", options=where),
+                Measured("root_wrap_tracked_peak_mib", root.tracked_peak_mib, "MiB", "lower", options=where),
                 Measured("mem_block_over_root_x", paired_ratio(block.tracked_peak_mib, root.tracked_peak_mib),
                          "x", "lower")]
     if block.peak_alloc_gib and root.peak_alloc_gib:
