@@ -359,4 +359,3 @@ def test_serialized_batching_fires(tmp_path):
     clean = _run(tmp_path, "clean", [test_id], None)
     bad = _run(tmp_path, "mutated", [test_id], "serialized_batching")
     assert_fires(judge(bad, test_id, "generated_tokens_per_step", baseline=clean))
-
