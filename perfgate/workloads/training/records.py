@@ -137,11 +137,13 @@ def weak(case: Case, raw: TrainingRaw) -> list[Record]:
 
 
 def microbatch(case: Case, raw: TrainingRaw) -> list[Record]:
-    """One all-reduce per step amortised over more tokens; activation memory grows with it."""
+    """The same all-reduces per step (exact: seed §5.7's 13 kernels at m=1 and m=8) amortised over
+    more tokens; activation memory grows with it."""
     c = case.values
     cur = _summary(raw, c.label)
     _finite(cur)
-    out = _throughput(cur)
+    out = _throughput(cur) + _ddp_anatomy(cur) + [
+        Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower")]
     if cur.tracked_peak_mib:
         out += _tracked_memory(cur)
     else:  # GPU: peak_alloc_gib (CUDA allocator) still records; say why the breakdown is missing
