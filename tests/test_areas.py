@@ -123,7 +123,8 @@ def _ddp_rank(label, rank, world, step_s, losses, calls=(3, 3)):
 
     return CaseResult(label=label, rank=rank, world_size=world, step_s=list(step_s), losses=list(losses),
                       allreduce_calls=list(calls), comm_blocked_s=[0.0] * len(step_s), rss_bytes=[1 << 20] * len(step_s),
-                      info={"tokens_per_step": 100})
+                      info={"tokens_per_step": 100, "grad_accum": 2, "no_sync": True, "bucket_cap_mb": 1.0,
+                            "grad_bytes_in_ready_order": [1 << 20] * 3})  # 3 buckets: the 3 calls a step
 
 
 def test_training_reduce_pairs_world_n_with_world_1_and_checks_the_trajectory():

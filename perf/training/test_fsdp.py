@@ -12,6 +12,11 @@ CPU and GPU (deterministic: the saving ratio is the CPU gate); GPUs add
 (TEST-ONLY, see docs/training.md) keeps a full extra parameter copy alive on every rank,
 which makes test_fsdp_memory fail with verdict ``regression``. Cases, checks and records:
 perfgate.workloads.training (``cases``, ``measure``, ``records``).
+
+Step anatomy (seed §16.9; docs/training.md): block-level against root-only wrapping, and FSDP1
+backward prefetch on against off, measured in the same launch; the all-gathers, reduce-scatters
+and prefetched all-gathers of a step are checked exactly against counts computed from the wrapped
+units (perfgate.workloads.training.anatomy).
 """
 from __future__ import annotations
 
@@ -32,4 +37,18 @@ def test_fsdp_throughput(perf, runs, case):
     """tokens/s against DDP with the same reduce dtype; losses must match DDP's. The fp32 DDP case
     gates nothing on the CPU machine: it is the reference of the others' ratios (its tokens/s is
     absolute, gated on GPU hardware ids)."""
+    record(perf, AREA.run(runs, case))
+
+
+@parametrize(AREA, "fsdp_wrap")
+def test_fsdp_wrap_policy(perf, runs, case):
+    """Each GPTBlock its own FSDP unit against the root alone (seed §16.9): the tracker peak of block
+    wrapping over root wrapping, and the exact all-gathers and reduce-scatters per step of both."""
+    record(perf, AREA.run(runs, case))
+
+
+@parametrize(AREA, "fsdp_prefetch")
+def test_fsdp_backward_prefetch(perf, runs, case):
+    """FSDP1 BACKWARD_PRE against no backward prefetch (seed §16.9): the prefetched all-gathers per
+    step (exact) and the throughput ratio, paired step by step (interleaved on CPU)."""
     record(perf, AREA.run(runs, case))

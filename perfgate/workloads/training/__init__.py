@@ -66,10 +66,15 @@ def cases(profile: plans.Profile) -> list[Case]:
     ddp_fp32 = ShardingMode("ddp", "fp32").label  # the fp16-hook DDP row's reference
     for w in p.fsdp_worlds:
         job = plans.fsdp_job(p, w)
-        out += [case("fsdp_memory", "fsdp", w, m.label, m.kind) for m in job.modes if job.tracks(m)]
+        out += [case("fsdp_memory", "fsdp", w, m.label, m.kind) for m in job.modes
+                if job.tracks(m) and m.is_default_wrapping]
     for w in p.fsdp_worlds:
         out += [case("fsdp_throughput", "fsdp", w, m.label, m.label, reads=(ddp_fp32,))
-                for m in plans.fsdp_job(p, w).modes]
+                for m in plans.fsdp_job(p, w).modes if m.is_default_wrapping]
+    for kind, differs in (("fsdp_wrap", lambda m: m.wrap != "block"), ("fsdp_prefetch", lambda m: not m.backward_prefetch)):
+        for w in p.fsdp_worlds:  # the step anatomy: a default mode against its one changed setting
+            out += [case(kind, "fsdp", w, ShardingMode(m.kind, m.reduce_dtype).label, m.kind, reads=(m.label,))
+                    for m in plans.fsdp_job(p, w).modes if differs(m)]
     return out
 
 

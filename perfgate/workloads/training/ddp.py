@@ -21,6 +21,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from perfgate import mutations
+from perfgate.workloads.training.anatomy import exposed_comm_s
 from perfgate.workloads.training.engine import (BuiltCase, CaseResult, autocast, make_adamw,
                                                 maybe_extra_param_copy, run_cases)
 from perfgate.workloads.training.model import SyntheticTokens, build_model, get_config, loss_fn
@@ -39,15 +40,48 @@ class HookCounter:
     def __call__(self) -> int:
         return self.calls
 
+    def bucket_handed_over(self, fut):
+        return fut
 
-def counting_hook(reduce_dtype_hook: str):
+    def end_backward(self) -> None:
+        pass
+
+
+class ExposedCommCounter(HookCounter):
+    """A :class:`HookCounter` that also sums ``exposed_s``: per backward pass, the communication no
+    compute hid (perfgate.workloads.training.anatomy.exposed_comm_s). CPU only: a gloo future
+    completes when its all-reduce is done; an NCCL future completes at enqueue (stream semantics),
+    so on GPUs the same clock would read zero."""
+
+    def __init__(self):
+        super().__init__()
+        self.exposed_s = 0.0
+        self._ready_s: list[float] = []
+        self._done_s: list[float] = []
+        self._blocked_at_start = 0.0
+
+    def bucket_handed_over(self, fut):
+        self._ready_s.append(time.perf_counter())
+        done = self._done_s
+
+        def stamp(f):
+            done.append(time.perf_counter())
+            return f.value()
+        return fut.then(stamp)  # DDP waits on this one, so every stamp is in before backward returns
+
+    def end_backward(self) -> None:
+        self.exposed_s += exposed_comm_s(self._ready_s, self._done_s, self.blocked_s - self._blocked_at_start)
+        self._ready_s, self._done_s, self._blocked_at_start = [], [], self.blocked_s
+
+
+def counting_hook(reduce_dtype_hook: str, counter: HookCounter | None = None):
     """(hook, counter) where ``hook`` is the named default hook and ``counter`` a :class:`HookCounter`.
 
     ``functools.wraps`` keeps the wrapped hook's name and signature, so DDP's own checks
     (e.g. bf16_compress_hook needs NCCL) still apply to the wrapper.
     """
     inner = getattr(default_hooks, reduce_dtype_hook)
-    counter = HookCounter()
+    counter = HookCounter() if counter is None else counter
 
     @functools.wraps(inner)
     def hook(state, bucket):
@@ -57,7 +91,7 @@ def counting_hook(reduce_dtype_hook: str):
         if mutations.active("ddp_no_overlap"):
             fut.wait()  # planted bug: backward stalls until this bucket is reduced
         counter.blocked_s += time.perf_counter() - t0
-        return fut
+        return counter.bucket_handed_over(fut)
 
     return hook, counter
 
@@ -66,14 +100,21 @@ def wrap_ddp(model: torch.nn.Module, device: torch.device, *, bucket_cap_mb: flo
              group=None):
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, process_group=group,
               bucket_cap_mb=bucket_cap_mb, gradient_as_bucket_view=True)
-    hook, calls = counting_hook(reduce_dtype_hook)
+    hook, calls = counting_hook(reduce_dtype_hook, ExposedCommCounter() if device.type == "cpu" else None)
     ddp.register_comm_hook(group, hook)  # the state a default hook gets is its process group
     return ddp, calls
 
 
+def grad_bytes_in_ready_order(model: torch.nn.Module) -> list[int]:
+    """Gradient bytes per parameter in reverse registration order: the order DDP's rebuilt buckets
+    take them (gradients become ready back to front), what anatomy.ddp_buckets is given."""
+    return [p.numel() * p.element_size() for p in reversed(list(model.parameters()))]
+
+
 def accumulation_step(ddp: DDP, opt: torch.optim.Optimizer, data: SyntheticTokens, *, grad_accum: int,
-                      no_sync: bool, device: torch.device, amp: str):
+                      no_sync: bool, device: torch.device, amp: str, counter: HookCounter | None = None):
     """step(i) -> mean loss of optimizer step i over ``grad_accum`` micro-batches."""
+    no_sync = no_sync and not mutations.active("ddp_no_sync_ignored")  # planted bug: sync every micro-batch
 
     def step(i: int) -> float:
         opt.zero_grad(set_to_none=True)
@@ -84,6 +125,8 @@ def accumulation_step(ddp: DDP, opt: torch.optim.Optimizer, data: SyntheticToken
                 with autocast(device, amp):
                     loss = loss_fn(ddp, data.batch(i, micro)) / grad_accum
                 loss.backward()
+            if counter is not None:
+                counter.end_backward()
             total += loss.detach()
         opt.step()
         return float(total.item())
@@ -109,13 +152,14 @@ def build_case(job: DDPJob, case: DDPCase, ctx, *, group=None, group_ranks: tupl
     model = build_model(cfg, device, seed=job.seed)
     extra = maybe_extra_param_copy(model)
     result.extra_param_copy = bool(extra)
+    result.info["grad_bytes_in_ready_order"] = grad_bytes_in_ready_order(model)
     ddp, calls = wrap_ddp(model, device, bucket_cap_mb=case.bucket_cap_mb, reduce_dtype_hook=case.comm_hook,
                           group=group)
     opt = make_adamw(ddp.parameters(), device, job.lr)
     group_rank = group_ranks.index(ctx.rank) if group_ranks else ctx.rank
     data = SyntheticTokens(cfg, case.micro_batch, device, job.seed, group_rank, world)
     step = accumulation_step(ddp, opt, data, grad_accum=case.grad_accum, no_sync=case.no_sync,
-                             device=device, amp=job.amp)
+                             device=device, amp=job.amp, counter=calls)
 
     def make_tracker():
         tracker = MemTracker()

@@ -58,6 +58,8 @@ class CaseResult:
     losses: list[float] = field(default_factory=list)  # every step, warm-up included
     allreduce_calls: list[int] = field(default_factory=list)  # per timed step (DDP only)
     comm_blocked_s: list[float] = field(default_factory=list)  # per timed step: backward inside the comm hook
+    comm_exposed_s: list[float] = field(default_factory=list)  # per timed step: comm no compute hid (DDP, CPU)
+    collective_ops: list[list[str]] = field(default_factory=list)  # per logged warm-up step (training.anatomy)
     peak_alloc_bytes: list[int] = field(default_factory=list)  # per timed step (CUDA only)
     rss_bytes: list[int] = field(default_factory=list)  # after each timed step
     tracked_peak_bytes: list[int] = field(default_factory=list)  # per tracked step, tracker total
@@ -205,6 +207,7 @@ def _timed_step(case: BuiltCase, device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
     calls0 = case.allreduce_counter() if case.allreduce_counter else 0
     blocked0 = getattr(case.allreduce_counter, "blocked_s", None)
+    exposed0 = getattr(case.allreduce_counter, "exposed_s", None)
     t0 = time.perf_counter()
     loss = case.run_step()
     synchronize(device)
@@ -213,6 +216,8 @@ def _timed_step(case: BuiltCase, device: torch.device) -> None:
         res.allreduce_calls.append(case.allreduce_counter() - calls0)
     if blocked0 is not None:
         res.comm_blocked_s.append(case.allreduce_counter.blocked_s - blocked0)
+    if exposed0 is not None:
+        res.comm_exposed_s.append(case.allreduce_counter.exposed_s - exposed0)
     if device.type == "cuda":
         res.peak_alloc_bytes.append(int(torch.cuda.max_memory_allocated(device)))
     res.rss_bytes.append(_rss_bytes())

@@ -10,13 +10,21 @@ Choices that keep the comparison about sharding only:
   but ``use_orig_params=False``: torch's MemTracker installs post-accumulate-grad hooks on the
   module parameters, which the non-leaf views of ``use_orig_params=True`` refuse;
 - FSDP2 ``fully_shard`` on each block, then on the root.
+- The step anatomy modes (``ShardingMode.wrap="root"``, ``backward_prefetch=False``) change only
+  that; the last warm-up step of every FSDP mode runs under a
+  :class:`~perfgate.workloads.training.collective_log.CollectiveLog` (the collectives it issued,
+  in order, with where backward began), which the reduce checks against
+  :mod:`perfgate.workloads.training.anatomy`.
 """
 from __future__ import annotations
 
 import functools
+from contextlib import nullcontext
 
 import torch
 
+from perfgate import mutations
+from perfgate.workloads.training.collective_log import CollectiveLog
 from perfgate.workloads.training.ddp import accumulation_step, wrap_ddp
 from perfgate.workloads.training.engine import (BuiltCase, CaseResult, autocast, make_adamw,
                                                 maybe_extra_param_copy, run_cases)
@@ -26,14 +34,21 @@ from perfgate.workloads.training.specs import DDP_HOOK_FOR_REDUCE, FSDPJob, Shar
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+def wraps_blocks(mode: ShardingMode) -> bool:
+    """Whether each GPTBlock is its own FSDP unit (else the root alone is: one flat parameter)."""
+    return mode.wrap == "block" and not mutations.active("fsdp_root_wrap")  # planted bug: root only
+
+
 def _fsdp1(model, mode: ShardingMode, device: torch.device):
+    from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     strategy = ShardingStrategy[mode.kind.split("-", 1)[1]]
     mp = None if mode.reduce_dtype == "fp32" else MixedPrecision(reduce_dtype=DTYPES[mode.reduce_dtype])
-    return FSDP(model, sharding_strategy=strategy, auto_wrap_policy=ModuleWrapPolicy({GPTBlock}),
+    return FSDP(model, sharding_strategy=strategy,
+                auto_wrap_policy=ModuleWrapPolicy({GPTBlock}) if wraps_blocks(mode) else None,
+                backward_prefetch=BackwardPrefetch.BACKWARD_PRE if mode.backward_prefetch else None,
                 mixed_precision=mp, device_id=device, use_orig_params=False, limit_all_gathers=True)
 
 
@@ -42,8 +57,9 @@ def _fsdp2(model, mode: ShardingMode, mesh):
 
     reshard = mode.kind == "fsdp2-reshard"
     mp = MixedPrecisionPolicy(reduce_dtype=None if mode.reduce_dtype == "fp32" else DTYPES[mode.reduce_dtype])
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
+    if wraps_blocks(mode):
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
     return fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=mp)
 
 
@@ -65,15 +81,29 @@ def build_mode(job: FSDPJob, mode: ShardingMode, ctx, mesh) -> BuiltCase:
         wrapped = _fsdp2(model, mode, mesh)
     opt = make_adamw(wrapped.parameters(), device, job.lr)
     data = SyntheticTokens(cfg, job.micro_batch, device, job.seed, ctx.rank, ctx.world_size)
+    result = CaseResult(label=mode.label, rank=ctx.rank, world_size=ctx.world_size, extra_param_copy=bool(extra),
+                        info={"tokens_per_step": job.tokens_per_step, "kind": mode.kind,
+                              "reduce_dtype": mode.reduce_dtype, "micro_batch": job.micro_batch,
+                              "amp": job.amp, "n_params": cfg.n_params, "wrap": mode.wrap,
+                              "backward_prefetch": mode.backward_prefetch, "n_layer": cfg.n_layer})
     if mode.is_ddp:
-        step = accumulation_step(wrapped, opt, data, grad_accum=1, no_sync=True, device=device, amp=job.amp)
+        step = accumulation_step(wrapped, opt, data, grad_accum=1, no_sync=True, device=device, amp=job.amp,
+                                 counter=calls)
     else:
+        logged_step = job.schedule.warmup_steps - 1  # the last warm-up step: lazy init is done, never timed
+
         def step(i: int) -> float:
-            opt.zero_grad(set_to_none=True)
-            with autocast(device, job.amp):
-                loss = loss_fn(wrapped, data.batch(i, 0))
-            loss.backward()
-            opt.step()
+            log = CollectiveLog() if i == logged_step else None
+            with log if log is not None else nullcontext():
+                opt.zero_grad(set_to_none=True)
+                with autocast(device, job.amp):
+                    loss = loss_fn(wrapped, data.batch(i, 0))
+                if log is not None:
+                    log.mark_backward()
+                loss.backward()
+                opt.step()
+            if log is not None:
+                result.collective_ops.append(log.ops)
             return float(loss.detach().item())
 
     def make_tracker():
@@ -86,10 +116,6 @@ def build_mode(job: FSDPJob, mode: ShardingMode, ctx, mesh) -> BuiltCase:
             tracker.track_external(wrapped, opt, *extra)
         return tracker
 
-    result = CaseResult(label=mode.label, rank=ctx.rank, world_size=ctx.world_size, extra_param_copy=bool(extra),
-                        info={"tokens_per_step": job.tokens_per_step, "kind": mode.kind,
-                              "reduce_dtype": mode.reduce_dtype, "micro_batch": job.micro_batch,
-                              "amp": job.amp, "n_params": cfg.n_params})
     return BuiltCase(result=result, step=step, make_tracker=make_tracker if job.tracks(mode) else None,
                      allreduce_counter=calls, keepalive=extra)
 

@@ -7,8 +7,8 @@ Two profiles:
 - ``CPU``: gloo, tiny models, world 2 and 4 launches with one thread per rank (keep
   world <= 4 on a 2-core machine); world 1 runs inside each of them on rank 0 alone while
   the other ranks wait, and all cases' timed steps are interleaved. DDP bucket caps are scaled down with the model (0.25/1/4 MiB against a
-  2.5 MiB gradient give about 10/3/2 buckets, as 4/25/100 MiB do for 110M parameters
-  on GPUs) -- the same caps on a tiny model would all be a single bucket.
+  2.5 MiB gradient give 7/2/1 buckets, perfgate.workloads.training.anatomy.ddp_buckets; 4/25/100
+  MiB against the 110M model's 419 MiB give tens to a few) -- the same caps on a tiny model would all be a single bucket.
 - ``GPU``: NCCL, the seed report's models (gpt-110m for DDP, gpt-368m for FSDP), bf16
   autocast, the seed's batch sizes and bucket caps, on 2/4/8 GPUs, and the micro-batch sweep on
   one GPU too (the seed report's V100 numbers are imported against those ids). On one H200 their
@@ -59,6 +59,10 @@ class Profile:
     # world-1 launch of its own (GPU): on a shared CPU box the two then see the same load.
     reference_in_launch: bool = False
     interleave: bool = False  # round-robin timed steps over a launch's cases (gloo only)
+    # FSDP step anatomy (seed §16.9; fp32 reduce, worlds > 1, in the FSDP launch): these kinds also
+    # run with the root wrapped alone, and these FSDP1 kinds also without backward prefetch.
+    fsdp_wrap_kinds: tuple[str, ...] = ()
+    fsdp_prefetch_kinds: tuple[str, ...] = ()
 
     @property
     def gpu(self) -> bool:
@@ -78,6 +82,7 @@ CPU = Profile(
     ddp_schedule=Schedule(warmup_steps=3, measured_steps=10, tracked_steps=5),
     fsdp_schedule=Schedule(warmup_steps=2, measured_steps=6, tracked_steps=5),
     launch_timeout_s=400.0, reference_in_launch=True, interleave=True,
+    fsdp_wrap_kinds=("fsdp1-FULL_SHARD", "fsdp2-reshard"), fsdp_prefetch_kinds=("fsdp1-FULL_SHARD",),
 )
 
 GPU = Profile(
@@ -89,6 +94,7 @@ GPU = Profile(
     ddp_schedule=Schedule(warmup_steps=3, measured_steps=10, tracked_steps=5, profiled_steps=5),
     fsdp_schedule=Schedule(warmup_steps=3, measured_steps=10, tracked_steps=5, profiled_steps=5),
     launch_timeout_s=600.0,
+    fsdp_wrap_kinds=("fsdp1-FULL_SHARD", "fsdp2-reshard"), fsdp_prefetch_kinds=("fsdp1-FULL_SHARD",),
 )
 
 GPU_LARGE = Profile(
@@ -144,6 +150,9 @@ def fsdp_modes(profile: Profile, world_size: int) -> tuple[ShardingMode, ...]:
         if dt == "bf16" and not profile.gpu:
             continue  # DDP's bf16 hook, the reference, needs NCCL
         modes += [ShardingMode(kind, dt) for kind in FSDP_KINDS]
+    if world_size > 1 and "fp32" in profile.fsdp_reduce_dtypes:  # one rank has nothing to shard
+        modes += [ShardingMode(kind, "fp32", wrap="root") for kind in profile.fsdp_wrap_kinds]
+        modes += [ShardingMode(kind, "fp32", backward_prefetch=False) for kind in profile.fsdp_prefetch_kinds]
     return tuple(modes)
 
 

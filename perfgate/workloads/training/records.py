@@ -17,6 +17,8 @@ from typing import Callable, Mapping
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.area import Attached, Case, Measured, PerRank, Record, check
 from perfgate.workloads.training import plans
+from perfgate.workloads.training.anatomy import (MIB, count_collectives, ddp_allreduces_per_step, ddp_buckets,
+                                                 fsdp_collectives, prefetched_all_gathers)
 from perfgate.workloads.training.specs import ShardingMode
 from perfgate.workloads.training.summary import CaseSummary, efficiency, max_abs_diff, speedup, summarize_case
 
@@ -76,6 +78,30 @@ def _tracked_memory(s: CaseSummary) -> list[Record]:
         for name, values in s.categories_mib.items()]
 
 
+def _ddp_anatomy(s: CaseSummary) -> list[Record]:
+    """Checks comm-hook calls per step exactly against the buckets DDP must form from these gradient
+    sizes and this cap (perfgate.workloads.training.anatomy.ddp_buckets), times the synchronised
+    micro-batches; attaches the bucket sizes (a cap is a target: buckets end past it)."""
+    info = s.info
+    buckets = ddp_buckets(info["grad_bytes_in_ready_order"], info["bucket_cap_mb"])
+    expected = ddp_allreduces_per_step(len(buckets), info["grad_accum"], info["no_sync"])
+    check(bool(s.allreduce_calls) and all(n == expected for n in s.allreduce_calls),
+          f"{s.label}: {sorted(set(s.allreduce_calls))} all-reduces per optimizer step, expected {expected}: "
+          f"{len(buckets)} buckets at a {info['bucket_cap_mb']:g} MiB cap x "
+          f"{1 if info['no_sync'] else info['grad_accum']} synchronised micro-batches "
+          f"(grad_accum {info['grad_accum']}, no_sync {info['no_sync']})")
+    return [Attached("ddp_bucket_mib", [b / MIB for b in buckets])]
+
+
+def _exposed_comm(s: CaseSummary) -> list[Record]:
+    """Communication no compute hid, per step and as a share of it (DDP on CPU; on GPUs an NCCL
+    future completes at enqueue, so the hook's clock cannot see it: nothing recorded there)."""
+    if not s.comm_exposed_s:
+        return []
+    return [Measured("exposed_comm_ms", s.exposed_comm_ms, "ms", "lower"),
+            Measured("exposed_comm_fraction", s.exposed_comm_fraction, "fraction", "lower")]
+
+
 def _against_world1(cur: CaseSummary, ref: CaseSummary, world: int, efficiency_name: str) -> list[Record]:
     sp = speedup(cur.tokens_per_s, ref.tokens_per_s)
     return [Measured("world1_tokens_per_s", ref.tokens_per_s, "tok/s", "higher"),
@@ -92,7 +118,7 @@ def strong(case: Case, raw: TrainingRaw) -> list[Record]:
     # Same global batch, same data, same math in another order: same training trajectory.
     diff = max_abs_diff(cur.global_losses(), ref.global_losses())
     check(diff < DDP_LOSS_ATOL[c.profile.backend], f"world {c.world} losses drift from world 1 by {diff:.2e}")
-    return _throughput(cur) + _against_world1(cur, ref, c.world, "scaling_efficiency") + [
+    return _throughput(cur) + _against_world1(cur, ref, c.world, "scaling_efficiency") + _ddp_anatomy(cur) + [
         Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower"),
         # Share of the step the backward pass spent blocked in gradient communication: ~0 while DDP
         # overlaps all-reduce with backward (the hook only launches it), the reduce time when it does not.
@@ -111,11 +137,13 @@ def weak(case: Case, raw: TrainingRaw) -> list[Record]:
 
 
 def microbatch(case: Case, raw: TrainingRaw) -> list[Record]:
-    """One all-reduce per step amortised over more tokens; activation memory grows with it."""
+    """The same all-reduces per step (exact: seed §5.7's 13 kernels at m=1 and m=8) amortised over
+    more tokens; activation memory grows with it."""
     c = case.values
     cur = _summary(raw, c.label)
     _finite(cur)
-    out = _throughput(cur)
+    out = _throughput(cur) + _ddp_anatomy(cur) + [
+        Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower")]
     if cur.tracked_peak_mib:
         out += _tracked_memory(cur)
     else:  # GPU: peak_alloc_gib (CUDA allocator) still records; say why the breakdown is missing
@@ -137,14 +165,9 @@ def bucket(case: Case, raw: TrainingRaw) -> list[Record]:
     reference = plans.bucket_label(ref_mb)
     cur, ref = _summary(raw, c.label), _summary(raw, reference)
     _finite(cur)
-    calls, ref_calls = max(cur.allreduce_calls), max(ref.allreduce_calls)
-    cap = cur.info["bucket_cap_mb"]
-    check(min(cur.allreduce_calls) >= 1, "DDP reduced no bucket: gradients were never synchronised")
-    if cap < ref_mb:
-        check(calls >= ref_calls, f"cap {cap} MiB made fewer all-reduces ({calls}) than the reference ({ref_calls})")
-    elif cap > ref_mb:
-        check(calls <= ref_calls, f"cap {cap} MiB made more all-reduces ({calls}) than the reference ({ref_calls})")
-    out = _throughput(cur) + [Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower")]
+    # Exact: the buckets these gradient sizes make at this cap (a wrong or ignored cap fails here).
+    out = _throughput(cur) + _ddp_anatomy(cur) + _exposed_comm(cur) + [
+        Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower")]
     if c.label != reference:
         out.append(Measured(f"tokens_per_s_vs_{reference}_x", paired_ratio(cur.tokens_per_s, ref.tokens_per_s),
                             "x", "higher"))
@@ -158,12 +181,12 @@ def accumulation(case: Case, raw: TrainingRaw) -> list[Record]:
     lazy_label, eager_label = f"ga{ga}-no_sync", f"ga{ga}-sync_every_micro"
     cur, lazy, eager = _summary(raw, c.label), _summary(raw, lazy_label), _summary(raw, eager_label)
     _finite(cur)
-    check(max(eager.allreduce_calls) == min(eager.allreduce_calls) == ga * max(lazy.allreduce_calls),
-          f"all-reduce calls per step: sync_every_micro {eager.allreduce_calls} should be {ga} x "
-          f"no_sync {lazy.allreduce_calls}")
+    # Exact on both sides (buckets x synchronised micro-batches): a lost no_sync() fails here.
+    anatomy = {lazy_label: _ddp_anatomy(lazy), eager_label: _ddp_anatomy(eager)}
     diff = max_abs_diff(lazy.global_losses(), eager.global_losses())
     check(diff < DDP_LOSS_ATOL[c.profile.backend], f"no_sync changed the training trajectory by {diff:.2e}")
-    out = _throughput(cur) + [Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower")]
+    out = _throughput(cur) + anatomy[c.label] + _exposed_comm(cur) + [
+        Measured("allreduce_calls_per_step", cur.allreduce_calls, "count", "lower")]
     if c.label == lazy_label:
         out.append(Measured("speedup_vs_sync_every_micro_x", paired_ratio(lazy.tokens_per_s, eager.tokens_per_s),
                             "x", "higher"))
@@ -236,9 +259,80 @@ def fsdp_throughput(case: Case, raw: TrainingRaw) -> list[Record]:
     return out + [Attached(c.label, cur.raw())]
 
 
+def _fsdp_collectives(s: CaseSummary) -> dict[str, int]:
+    """The mode's collectives per step (its logged warm-up step), checked exactly against
+    perfgate.workloads.training.anatomy.fsdp_collectives: {all_gather, reduce_scatter, prefetched_all_gathers}."""
+    info = s.info
+    blocks = info["n_layer"] if info["wrap"] == "block" else 0
+    expected = fsdp_collectives(info["kind"], wrapped_blocks=blocks, backward_prefetch=info["backward_prefetch"])
+    check(bool(s.collective_ops), f"{s.label}: the workers logged no step's collectives")
+    for ops in s.collective_ops:
+        counts = count_collectives(ops)
+        got = {"all_gather": counts["all_gather"], "reduce_scatter": counts["reduce_scatter"],
+               "prefetched_all_gathers": prefetched_all_gathers(ops)}
+        want = expected.as_dict()
+        if want["prefetched_all_gathers"] is None:  # FSDP2's implicit prefetch: not a rule we assert
+            want["prefetched_all_gathers"] = got["prefetched_all_gathers"]
+        check(got == want and counts["all_reduce"] == 0,
+              f"{s.label}: collectives per step {got} (all-reduces {counts['all_reduce']}), expected {want} "
+              f"for {info['kind']} with {blocks} wrapped blocks + the root, backward prefetch "
+              f"{info['backward_prefetch']}")
+    return got
+
+
+def _same_losses(cur: CaseSummary, ref: CaseSummary, profile: plans.Profile) -> None:
+    """Losses of the steps both ran (a mode without tracked steps stops earlier) agree."""
+    atol = FSDP_GPU_LOSS_ATOL if profile.gpu else FSDP_LOSS_ATOL[(profile.backend, "fp32")]
+    steps = min(len(cur.losses_by_rank[0]), len(ref.losses_by_rank[0]))
+    diff = max(max_abs_diff(a[:steps], b[:steps]) for a, b in zip(cur.losses_by_rank, ref.losses_by_rank))
+    check(diff <= atol, f"{cur.label} losses differ from {ref.label} by {diff:.2e} (allowed {atol:g})")
+
+
+def fsdp_wrap(case: Case, raw: TrainingRaw) -> list[Record]:
+    """Block-level against root-only wrapping (seed §16.9: block wrapping peaks at ~55 % of root
+    wrapping, for 25 all-gathers / 13 reduce-scatters a step): the tracker peak ratio and the
+    exact collective counts of both."""
+    c = case.values
+    block, root = _fsdp_pair(raw, c.label)[0], _fsdp_pair(raw, c.reads[0])[0]
+    _same_losses(block, root, c.profile)
+    counts, root_counts = _fsdp_collectives(block), _fsdp_collectives(root)
+    tracked = bool(block.tracked_peak_mib and root.tracked_peak_mib)
+    check(tracked or c.profile.gpu, f"memory tracker produced no samples on CPU: "
+                                    f"{block.tracker_error or root.tracker_error}")
+    out: list[Record] = [Measured("all_gathers_per_step", [counts["all_gather"]], "count", "lower"),
+                         Measured("reduce_scatters_per_step", [counts["reduce_scatter"]], "count", "lower")]
+    if tracked:  # deterministic: the CPU gate; the MiB figures are device memory on GPUs
+        where = ON_DEVICE if block.peak_alloc_gib else MappingProxyType({})
+        out += [Measured("tracked_peak_mib", block.tracked_peak_mib, "MiB", "lower", options=where),
+                Measured("root_wrap_tracked_peak_mib", root.tracked_peak_mib, "MiB", "lower", options=where),
+                Measured("mem_block_over_root_x", paired_ratio(block.tracked_peak_mib, root.tracked_peak_mib),
+                         "x", "lower")]
+    if block.peak_alloc_gib and root.peak_alloc_gib:
+        out.append(Measured("alloc_block_over_root_x", paired_ratio(block.peak_alloc_gib, root.peak_alloc_gib),
+                            "x", "lower"))
+    return out + [Attached("root_wrap_collectives", root_counts), Attached(c.label, block.raw()),
+                  Attached(root.label, root.raw())]
+
+
+def fsdp_prefetch(case: Case, raw: TrainingRaw) -> list[Record]:
+    """BACKWARD_PRE against no backward prefetch (seed §16.9: prefetch raised throughput by
+    overlapping the next all-gather with the current backward): the prefetched all-gathers per
+    step (exact) and the throughput ratio, paired step by step."""
+    c = case.values
+    on, off = _fsdp_pair(raw, c.label)[0], _fsdp_pair(raw, c.reads[0])[0]
+    _same_losses(on, off, c.profile)
+    counts = _fsdp_collectives(on)
+    _fsdp_collectives(off)
+    return _throughput(on) + [
+        Measured("prefetched_all_gathers_per_step", [counts["prefetched_all_gathers"]], "count", "higher"),
+        Measured("throughput_prefetch_over_none_x", paired_ratio(on.tokens_per_s, off.tokens_per_s), "x", "higher"),
+        Attached(c.label, on.raw()), Attached(off.label, off.raw())]
+
+
 RECIPES: dict[str, Callable[[Case, TrainingRaw], list[Record]]] = {
     "strong": strong, "weak": weak, "microbatch": microbatch, "bucket": bucket, "accumulation": accumulation,
     "comm_hook": comm_hook, "fsdp_memory": fsdp_memory, "fsdp_throughput": fsdp_throughput,
+    "fsdp_wrap": fsdp_wrap, "fsdp_prefetch": fsdp_prefetch,
 }
 
 

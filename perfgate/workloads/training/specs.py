@@ -24,6 +24,7 @@ BF16_HOOK_NEEDS_NCCL = ("DDP refuses bf16_compress_hook unless the backend is NC
                         "(torch's own check in DistributedDataParallel._check_comm_hook)")
 
 FSDP_KINDS = ("ddp", "fsdp1-SHARD_GRAD_OP", "fsdp1-FULL_SHARD", "fsdp2-reshard", "fsdp2-noreshard")
+WRAP_POLICIES = ("block", "root")
 
 
 class SpecError(ValueError):
@@ -189,16 +190,34 @@ class ShardingMode:
 
     kind: str
     reduce_dtype: str = "fp32"
+    # The step anatomy (§16.9): "block" wraps each GPTBlock, then the root; "root" the root alone.
+    wrap: str = "block"
+    # FSDP1 BackwardPrefetch.BACKWARD_PRE (its default); False: None. FSDP2 has no public switch to
+    # turn its implicit backward prefetch off (set_modules_to_backward_prefetch only replaces it).
+    backward_prefetch: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in FSDP_KINDS:
             raise SpecError(f"kind must be one of {FSDP_KINDS}, got {self.kind!r}")
         if self.reduce_dtype not in REDUCE_DTYPES:
             raise SpecError(f"{self.kind}: reduce_dtype must be one of {REDUCE_DTYPES}, got {self.reduce_dtype!r}")
+        if self.wrap not in WRAP_POLICIES:
+            raise SpecError(f"{self.kind}: wrap must be one of {WRAP_POLICIES}, got {self.wrap!r}")
+        if self.is_ddp and not self.is_default_wrapping:
+            raise SpecError("DDP has no wrap policy or backward prefetch: only FSDP modes vary them")
+        if not self.backward_prefetch and not self.kind.startswith("fsdp1"):
+            raise SpecError(f"{self.kind}: backward prefetch can be turned off for FSDP1 only "
+                            f"(FSDP2 has no public switch for its implicit prefetch)")
+
+    @property
+    def is_default_wrapping(self) -> bool:
+        """Block-level wrapping with backward prefetch: the modes of the memory and throughput tests."""
+        return self.wrap == "block" and self.backward_prefetch
 
     @property
     def label(self) -> str:
-        return f"{self.kind}-{self.reduce_dtype}reduce"
+        suffix = ("-rootwrap" if self.wrap == "root" else "") + ("" if self.backward_prefetch else "-noprefetch")
+        return f"{self.kind}-{self.reduce_dtype}reduce{suffix}"
 
     @property
     def is_ddp(self) -> bool:
@@ -259,7 +278,8 @@ class FSDPJob:
         return replace(self, modes=tuple(keep))
 
     def tracks(self, mode: ShardingMode) -> bool:
-        return mode.reduce_dtype in self.tracked_reduce_dtypes
+        # the prefetch comparison reads throughput and collectives only: no tracked steps for it
+        return mode.reduce_dtype in self.tracked_reduce_dtypes and mode.backward_prefetch
 
     def mode(self, label: str) -> ShardingMode:
         for m in self.modes:

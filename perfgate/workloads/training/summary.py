@@ -37,6 +37,10 @@ class CaseSummary:
     info: dict = field(default_factory=dict)
     # per timed step, the largest share of a rank's step spent blocked inside the comm hook (DDP)
     comm_blocked_fraction: list[float] = field(default_factory=list)
+    # per timed step, the slowest rank's communication that no compute hid (DDP on CPU), in seconds
+    comm_exposed_s: list[float] = field(default_factory=list)
+    # per logged warm-up step, rank 0's collectives in issue order (perfgate.workloads.training.anatomy)
+    collective_ops: list[list[str]] = field(default_factory=list)
     # GPU, per profiled step: the device's busy time (slowest rank) and the busy share of the step
     # (least busy rank: the one the host held back); empty off-GPU (perfgate.workloads.device_time)
     device_ms: list[float] = field(default_factory=list)
@@ -45,6 +49,15 @@ class CaseSummary:
     @property
     def step_ms(self) -> list[float]:
         return [s * 1e3 for s in self.step_s]
+
+    @property
+    def exposed_comm_ms(self) -> list[float]:
+        return [s * 1e3 for s in self.comm_exposed_s]
+
+    @property
+    def exposed_comm_fraction(self) -> list[float]:
+        """Share of the (slowest rank's) step no compute hid communication for."""
+        return [min(1.0, e / s) for e, s in zip(self.comm_exposed_s, self.step_s)]
 
     def global_losses(self) -> list[float]:
         """Per step, the loss over the whole global batch: the mean of the ranks' local losses
@@ -62,7 +75,8 @@ class CaseSummary:
                 "rss_mib": self.rss_mib, "tracked_peak_mib": self.tracked_peak_mib,
                 "categories_mib": self.categories_mib, "tracker_error": self.tracker_error,
                 "extra_param_copy": self.extra_param_copy, "info": self.info, "device_ms": self.device_ms,
-                "device_busy_fraction": self.device_busy_fraction}
+                "device_busy_fraction": self.device_busy_fraction, "comm_exposed_s": self.comm_exposed_s,
+                "collective_ops": self.collective_ops}
 
 
 def per_step_max(rows: Sequence[Sequence[float]]) -> list[float]:
@@ -106,6 +120,8 @@ def summarize_case(per_rank: Sequence) -> CaseSummary:
         extra_param_copy=any(r.extra_param_copy for r in per_rank), info=dict(r0.info),
         comm_blocked_fraction=per_step_max([[b / s for b, s in zip(r.comm_blocked_s, r.step_s)] for r in per_rank])
         if all(len(r.comm_blocked_s) == len(r.step_s) for r in per_rank) and r0.comm_blocked_s else [],
+        comm_exposed_s=per_step_max([r.comm_exposed_s for r in per_rank]) if r0.comm_exposed_s else [],
+        collective_ops=[list(ops) for ops in r0.collective_ops],
         device_ms=per_step_max([r.device_busy_ms for r in per_rank]) if r0.device_busy_ms else [],
         device_busy_fraction=[-x for x in per_step_max([[-min(1.0, b / s) if s > 0 else 0.0
                                                            for b, s in zip(r.device_busy_ms, r.device_span_ms)]
