@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfgate.launch.jobs import launch  # noqa: E402
 from perfgate.workloads.training.specs import DDPCase, DDPJob, FSDPJob, Schedule, ShardingMode  # noqa: E402
-from perfgate.workloads.training.summary import summarize_job  # noqa: E402
+from perfgate.workloads.training import by_case  # noqa: E402
+from perfgate.workloads.training.summary import summarize_case  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -47,8 +48,9 @@ def main(argv=None) -> int:
         job = FSDPJob(model=args.model, world_size=1, backend=args.backend, amp=amp,
                      schedule=schedule,
                       modes=modes, micro_batch=mbs[0])
-    got = summarize_job(launch(f"perfgate.workloads.training.{args.engine}:run", job, world_size=1,
-                               backend=args.backend, timeout_s=900))
+    per_case = by_case(launch(f"perfgate.workloads.training.{args.engine}:run", job, world_size=1,
+                              backend=args.backend, timeout_s=900))
+    got = {label: summarize_case(ranks) for label, ranks in per_case.items()}
     rows = []
     print(f"{'case':<28}{'step ms':>10}{'tok/s':>12}{'device ms':>11}{'busy':>7}")
     for label, s in got.items():

@@ -93,13 +93,17 @@ def launch_job(engine: str, profile: plans.Profile, j) -> dict[str, PerRank]:
 
     # One thread per rank: ranks share the cores, and world 1 must not get more of them.
     env = {"OMP_NUM_THREADS": "1"} if profile.backend == "gloo" else {}
-    per_rank = launch(TARGETS[engine], j, world_size=j.world_size, backend=profile.backend,
-                      timeout_s=profile.launch_timeout_s, env=env)
-    by_label: dict[str, PerRank] = {}
+    return by_case(launch(TARGETS[engine], j, world_size=j.world_size, backend=profile.backend,
+                          timeout_s=profile.launch_timeout_s, env=env))
+
+
+def by_case(per_rank) -> dict[str, PerRank]:
+    """launch() output (per rank, one CaseResult per case) -> {case label: every rank's result, in rank order}."""
+    out: dict[str, PerRank] = {}
     for rank_results in per_rank:
         for res in rank_results:
-            by_label.setdefault(res.label, []).append(res)
-    return by_label
+            out.setdefault(res.label, []).append(res)
+    return out
 
 
 def results(runs: RunCache, engine: str, profile: plans.Profile, world: int, *labels: str) -> dict[str, PerRank]:
