@@ -16,6 +16,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from perfgate.workloads.device_time import event_span_ms
+
 
 @dataclass
 class DeviceBurn:
@@ -31,16 +33,8 @@ class DeviceBurn:
 
 
 def _product_ms(a, b, reps: int = 20) -> float:
-    import torch
-
     a @ b
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        a @ b
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
+    return event_span_ms(lambda: [a @ b for _ in range(reps)])[1] / reps
 
 
 def calibrate(step_device_ms: list[float], fraction: float, device) -> DeviceBurn:
@@ -60,13 +54,8 @@ def calibrate(step_device_ms: list[float], fraction: float, device) -> DeviceBur
 
 
 def step_span_ms(fn, device) -> float:
-    """Device span of one call of ``fn`` (CUDA events), for calibration."""
+    """Device span of one call of ``fn`` on an idle device (CUDA events), for calibration."""
     import torch
 
     torch.cuda.synchronize(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize(device)
-    return float(start.elapsed_time(end))
+    return event_span_ms(fn, device)[1]

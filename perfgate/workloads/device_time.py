@@ -62,6 +62,19 @@ def device_intervals_us(prof) -> list[tuple[float, float]]:
     return out
 
 
+def event_span_ms(fn: Callable[[], Any], device=None) -> tuple[Any, float]:
+    """Run ``fn`` once between two CUDA events on the current stream: its result and its span on the
+    device in ms (the one way perfgate brackets a call on the device's own clock)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    out = fn()
+    end.record()
+    end.synchronize()
+    return out, float(start.elapsed_time(end))
+
+
 def measure(fn: Callable[[], Any], device) -> tuple[Any, DeviceWindow]:
     """Run ``fn`` once on an idle ``device`` and return its result and its :class:`DeviceWindow`.
 
@@ -71,10 +84,7 @@ def measure(fn: Callable[[], Any], device) -> tuple[Any, DeviceWindow]:
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize(device)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        start.record()
-        out = fn()
-        end.record()
+        out, span = event_span_ms(fn, device)
         torch.cuda.synchronize(device)
-    return out, DeviceWindow(span_ms=float(start.elapsed_time(end)), busy_ms=union_ms(device_intervals_us(prof)))
+    return out, DeviceWindow(span_ms=span, busy_ms=union_ms(device_intervals_us(prof)))

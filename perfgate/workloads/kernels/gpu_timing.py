@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
+from perfgate.workloads.device_time import event_span_ms
 from perfgate.workloads.kernels.raw import CopyProbe
 
 ROTATE_L2_MULTIPLE = 4       # input sets rotated through hold at least this many L2s
@@ -73,14 +74,7 @@ class Burst:
 
     def timed_ms(self) -> float:
         """One burst between two CUDA events on the current stream: its span in ms on the device."""
-        import torch
-
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        self()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end))
+        return event_span_ms(self)[1]
 
     def release(self) -> None:
         self.ring = [None] * len(self.inputs)
