@@ -86,6 +86,9 @@ class ServingProfile:
     bench_concurrency: int
     bench_rounds: int
     bench_bounds: BenchBounds        # how far ours/bench may be from 1 (median over rounds)
+    # peak RSS of a server's process tree (server_memory) above which a test fails; None: no budget
+    # unless --perf-rss-budget gives one
+    server_rss_budget_mib: float | None = None
     model_env: tuple[tuple[str, str], ...] = field(default=())
 
 
