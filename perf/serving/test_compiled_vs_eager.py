@@ -6,7 +6,9 @@ The seed (V100, 7B, vLLM 0.19.1): compile + CUDA-graph capture cost 20 s + 12 s 
 alone (vllm/platforms/cpu.py: Dynamo traced once, the Inductor C++ backend; no CUDA graphs),
 and the KV cache is a fixed VLLM_CPU_KVCACHE_SPACE, so eager cannot buy tokens there.
 
-Gated: output tok/s compiled / eager per concurrency, paired by repetition. On CPU both servers
+Gated, per concurrency and paired by repetition: output tok/s compiled / eager (the client's), and
+the engine's own decode tok/s per stream compiled / eager (1 / its mean TPOT from /metrics, stamped
+in the engine core: a client starved of CPU on 2 shared cores does not move it). On CPU both servers
 stay up and each repetition runs every level on both, in alternating order, so drift hits both;
 on a GPU (two servers do not fit) every repetition on the compiled server, then on the eager
 one. Recorded beside it: start-up to /health and KV capacity of each, TPOT medians and their
@@ -21,19 +23,25 @@ import pytest
 
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import random_requests, run_load
+from perfgate.workloads.serving.prometheus_counters import DecodeCounters
 from perfgate.workloads.serving.serving_metrics import summarize
 from perfgate.workloads.serving.starvation import skip_reason, starved, unstarved_runs
 
 SERVERS = ("compiled", "eager")
 
 
-def _phase(target, concurrency: int, seed: int):
+def _phase(target, concurrency: int, seed: int) -> dict:
+    """One closed-loop load: the client's summary and the engine's own mean TPOT over it."""
     p = target.profile
     n = max(p.min_requests, p.requests_per_slot * concurrency)
     reqs = random_requests(target.token_pool, n, p.input_len, p.output_len, seed=seed)
+    before = DecodeCounters.read(target.base_url)
     result = run_load(target.load(reqs, max_concurrency=concurrency, seed=seed))
+    engine_tpot_ms = DecodeCounters.read(target.base_url).mean_tpot_ms_since(before)
     assert result.failed == 0, f"{target.label} C={concurrency}: {result.failed} failed requests: {result.errors()}"
-    return summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy)
+    assert engine_tpot_ms > 0, f"{target.label} C={concurrency}: the engine counted no decode time ({engine_tpot_ms})"
+    return {"summary": summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy),
+            "engine_tpot_ms": engine_tpot_ms}
 
 
 def test_compiled_vs_eager(perf, compiled_and_eager_servers):
@@ -54,7 +62,7 @@ def test_compiled_vs_eager(perf, compiled_and_eager_servers):
         order = names if rep % 2 == 0 else names[::-1]
         s = {(name, c): _phase(get(name), c, seed=9000 + 10 * rep + c) for name in order for c in levels}
         return {"rep": rep, "order": order, "summaries": s,
-                "starved": starved(*(x.tpot_ms.median for x in s.values()))}
+                "starved": starved(*(x["summary"].tpot_ms.median for x in s.values()))}
 
     if side_by_side:
         kept, every = unstarved_runs(repetition, lambda r: r["starved"], wanted=p.reps, extra=p.reps)
@@ -65,7 +73,8 @@ def test_compiled_vs_eager(perf, compiled_and_eager_servers):
         kept = [{"summaries": {**a["summaries"], **b["summaries"]}}
                 for a, b in zip(runs["compiled"][0], runs["eager"][0])]
     perf.attach("runs", [{"rep": r["rep"], "order": r["order"], "starved": r["starved"],
-                          "summaries": {f"{n}-C={c}": x.to_dict() for (n, c), x in r["summaries"].items()}}
+                          "summaries": {f"{n}-C={c}": {**x["summary"].to_dict(), "engine_tpot_ms": x["engine_tpot_ms"]}
+                                        for (n, c), x in r["summaries"].items()}}
                          for r in every])
     if not kept:
         pytest.skip(skip_reason(len(every), "median TPOT ~0"))
@@ -74,14 +83,18 @@ def test_compiled_vs_eager(perf, compiled_and_eager_servers):
         return [figure(r["summaries"][name, c]) for r in kept]
 
     for c in levels:
-        tok_s = {n: per_rep(n, c, lambda x: x.output_throughput_tok_s) for n in SERVERS}
-        tpot = {n: per_rep(n, c, lambda x: x.tpot_ms.median) for n in SERVERS}
+        tok_s = {n: per_rep(n, c, lambda x: x["summary"].output_throughput_tok_s) for n in SERVERS}
+        tpot = {n: per_rep(n, c, lambda x: x["summary"].tpot_ms.median) for n in SERVERS}
+        decode = {n: per_rep(n, c, lambda x: 1e3 / x["engine_tpot_ms"]) for n in SERVERS}  # per stream
         perf.record(f"c{c}_output_tok_s_compiled_vs_eager", paired_ratio(tok_s["compiled"], tok_s["eager"]),
+                    unit="x", better="higher")
+        perf.record(f"c{c}_engine_decode_tok_s_compiled_vs_eager", paired_ratio(decode["compiled"], decode["eager"]),
                     unit="x", better="higher")
         perf.record(f"c{c}_tpot_compiled_vs_eager", paired_ratio(tpot["compiled"], tpot["eager"]),
                     unit="x", better="lower")
         for n in SERVERS:
             perf.record(f"c{c}_output_tok_s_{n}", tok_s[n], unit="tok/s", better="higher")
+            perf.record(f"c{c}_engine_decode_tok_s_{n}", decode[n], unit="tok/s", better="higher")
             perf.record(f"c{c}_tpot_ms_{n}", tpot[n], unit="ms", better="lower")
 
     kv = {n: s.kv_cache_tokens() for n, s in servers.items()}

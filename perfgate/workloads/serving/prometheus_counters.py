@@ -89,3 +89,29 @@ def preemptions(base_url: str) -> float:
     if n is None:
         raise KeyError(f"{base_url}/metrics has no vllm:num_preemptions counter (vLLM without V1 metrics?)")
     return n
+
+
+@dataclass(frozen=True)
+class DecodeCounters:
+    """The engine's own time per output token: vLLM's per-request histogram of (last token - first
+    token) / (tokens - 1), stamped by the engine core. Its mean over a phase is the decode step as the
+    engine saw it, so a client starved of CPU (which reads whole answers at once and makes the
+    client's TPOT read ~0) does not move it."""
+
+    tpot_sum_s: float
+    requests: float
+
+    @classmethod
+    def read(cls, base_url: str) -> "DecodeCounters":
+        c = scrape(base_url)
+        total = c.get("vllm:request_time_per_output_token_seconds_sum")
+        count = c.get("vllm:request_time_per_output_token_seconds_count")
+        if total is None or count is None:
+            raise KeyError(f"{base_url}/metrics has no vllm:request_time_per_output_token_seconds histogram "
+                           "(vLLM without V1 metrics?)")
+        return cls(tpot_sum_s=total, requests=count)
+
+    def mean_tpot_ms_since(self, before: "DecodeCounters") -> float:
+        """Mean engine-side TPOT (ms) of the requests finished over the interval; NaN when none did."""
+        n = self.requests - before.requests
+        return (self.tpot_sum_s - before.tpot_sum_s) / n * 1e3 if n > 0 else float("nan")
