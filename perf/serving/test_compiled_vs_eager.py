@@ -9,10 +9,11 @@ and the KV cache is a fixed VLLM_CPU_KVCACHE_SPACE, so eager cannot buy tokens t
 Gated, per concurrency and paired by repetition: output tok/s compiled / eager (the client's), and
 the engine's own decode tok/s per stream compiled / eager (1 / its mean TPOT from /metrics, stamped
 in the engine core: a client starved of CPU on 2 shared cores does not move it). On CPU both servers
-stay up and each repetition runs every level on both, in alternating order, so drift hits both;
-on a GPU (two servers do not fit) every repetition on the compiled server, then on the eager
-one. Recorded beside it: start-up to /health and KV capacity of each, TPOT medians and their
-ratio. A repetition with a starved client (median TPOT ~0, starvation.py) is run again and left
+stay up and each repetition runs every level on both, level by level (compiled C=1, eager C=1,
+compiled C=4, ...; the order of the pair alternating between repetitions), so the two phases of a
+pair are seconds apart and drift hits both; on a GPU (two servers do not fit) every repetition on
+the compiled server, then on the eager one. Recorded beside it: start-up to /health, the engine's
+init time and KV capacity of each, TPOT medians and their ratio. A repetition with a starved client (median TPOT ~0, starvation.py) is run again and left
 out. Asserted: eager has at least the compiled server's KV tokens (no graph pool to pay for).
 The compiled server is the session's default dense server, started for the tests before this
 one; only the eager one is new.
@@ -60,7 +61,7 @@ def test_compiled_vs_eager(perf, compiled_and_eager_servers):
 
     def repetition(rep: int, names=SERVERS) -> dict:
         order = names if rep % 2 == 0 else names[::-1]
-        s = {(name, c): _phase(get(name), c, seed=9000 + 10 * rep + c) for name in order for c in levels}
+        s = {(name, c): _phase(get(name), c, seed=9000 + 10 * rep + c) for c in levels for name in order}
         return {"rep": rep, "order": order, "summaries": s,
                 "starved": starved(*(x["summary"].tpot_ms.median for x in s.values()))}
 

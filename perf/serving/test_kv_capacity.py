@@ -4,8 +4,10 @@ Seed (V100, 7B): with 1 GiB of KV instead of 4 GiB, C=16 ran at 66 % of the thro
 preemptions in both runs, TPOT worse and TTFT slightly lower. Here the small server is the
 session's default dense server with only ``kv_small_blocks`` KV blocks (``--num-gpu-blocks-override``:
 on CPU ``VLLM_CPU_KVCACHE_SPACE`` counts whole GiB, 524 288 tokens of the tiny model, far more
-than any load here); the profile's blocks hold one max-length request, and the load (C=16 of
-128-token prompts on CPU) needs two blocks per running request, so the scheduler must preempt.
+than any load here); the profile's blocks hold one max-length request (fewer and vLLM refuses to
+start: 16 blocks of 128 tokens read "estimated maximum model length is 1920", one block being
+vLLM's null block), and the load (C=16 of 128-token prompts on CPU) needs two blocks per running
+request, so the scheduler must preempt.
 Both servers get the same requests at the same concurrency, alternating every repetition on CPU.
 
 Gated: output tok/s small / default (paired by repetition). Recorded: TTFT and TPOT medians of

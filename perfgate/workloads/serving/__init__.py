@@ -93,7 +93,7 @@ class ServingProfile:
     eager_concurrency: tuple[int, ...] = (1, 4)
     # KV capacity (seed §16.10: 1 GiB against 4 GiB of KV at C=16): a server with this many KV blocks
     # (--num-gpu-blocks-override; at least max-model-len's worth) against the default, same load
-    kv_small_blocks: int = 16         # CPU blocks are 128 tokens: 2 048 tokens, one max-length request
+    kv_small_blocks: int = 17         # CPU blocks are 128 tokens: one max-length request (2 048) + the null block
     kv_concurrency: int = 16
     kv_requests: int = 32
     model_env: tuple[tuple[str, str], ...] = field(default=())
@@ -135,7 +135,7 @@ GPU_PROFILE = ServingProfile(
     bench_requests=256, bench_concurrency=16, bench_rounds=3,
     bench_bounds=BenchBounds(ttft=0.10, tpot=0.05, itl=0.05, e2el=0.05),
     eager_concurrency=(1, 8, 32),
-    kv_small_blocks=128, kv_concurrency=32, kv_requests=64,  # 16-token GPU blocks: 2 048 tokens
+    kv_small_blocks=129, kv_concurrency=32, kv_requests=64,  # 16-token GPU blocks: 2 048 tokens + the null block
 )
 
 PROFILES = {"cpu": CPU_PROFILE, "gpu": GPU_PROFILE}
