@@ -77,6 +77,9 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("serialized_batching", "serving",
              "the vLLM server is started with --max-num-seqs 1: requests are served one at a time",
              "perfgate/workloads/serving/server.py (start_server)"),
+    Mutation("eager_default", "serving",
+             "every vLLM server is started with --enforce-eager: the default server loses torch.compile "
+             "(and on a GPU its CUDA graphs)", "perfgate/workloads/serving/server.py (start_server)"),
     Mutation("gpu_step_slowdown", "training",
              "every GPU training step does a given fraction more device work (gpu_step_slowdown:0.10 = 10 %): "
              "bf16 matrix products on the step's stream, calibrated to the step's device time",

@@ -44,9 +44,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "hardware ids) and, with auto or on on every id, watch it while each test measures "
                      "(perfgate.machine.load_watch); results of a busy machine are labelled tainted and not "
                      "gated. off: neither")
+    g.addoption("--perf-rss-budget", type=_mib, metavar="MIB",
+                help="fail a serving test whose vLLM server's process tree (server, engine core, workers) "
+                     "reached a peak RSS above MIB MiB while it measured (default: the serving profile's "
+                     "server_rss_budget_mib; perfgate/workloads/serving/server_memory.py)")
     g.addoption("--perf-progress", type=_progress_interval, default=30.0, metavar="SECONDS",
                 help="print a progress line with the estimated time left at most every SECONDS "
                      "(0: after every test; 'off': never). Default 30")
+
+
+def _mib(text: str) -> float:
+    """A memory budget in MiB: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: give the budget in MiB as a number > 0")
+    return value
 
 
 def _progress_interval(text: str) -> float | None:

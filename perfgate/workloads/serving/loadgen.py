@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from perfgate.machine.gpu_busy import busy_window
+from perfgate.workloads.serving.server_memory import memory_phase
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,13 @@ class LoadSpec:
         if self.rate_rps is None and self.max_concurrency is None and len(self.requests) > 256:
             raise ValueError(f"{len(self.requests)} requests all at once with no max_concurrency: "
                              "set max_concurrency or a rate")
+
+    def describe(self) -> str:
+        """``16 'random' requests at C=4`` / ``24 'random' requests at 2.5 req/s``: a phase's name in messages."""
+        tags = "/".join(dict.fromkeys(r.tag for r in self.requests))
+        how = [f"C={self.max_concurrency}"] if self.max_concurrency else []
+        how += [f"{self.rate_rps:.3g} req/s"] if self.rate_rps else []
+        return f"{len(self.requests)} {tags!r} requests at {', '.join(how) or 'once'}"
 
 
 @dataclass
@@ -234,7 +242,7 @@ def run_loads_concurrently(specs: Sequence[LoadSpec]) -> list[LoadResult]:
     result carries the busy share of the one window they shared (perfgate.machine.gpu_busy)."""
     async def _all():
         return await asyncio.gather(*(run_load_async(s) for s in specs))
-    with busy_window() as busy:
+    with busy_window() as busy, memory_phase(" + ".join(s.describe() for s in specs)):
         results = list(asyncio.run(_all()))
     return [replace(r, gpu_busy=busy.fraction) for r in results]
 

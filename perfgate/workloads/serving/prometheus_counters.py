@@ -1,6 +1,6 @@
 """Read vLLM's Prometheus /metrics counters (the server's own view, beside the client's).
 
-Used for the prefix-cache hit rate: vLLM counts prompt tokens looked up in the prefix
+Used for the prefix-cache hit rate, the server's batch and its preemptions. vLLM counts prompt tokens looked up in the prefix
 cache (``vllm:prefix_cache_queries``) and those found (``vllm:prefix_cache_hits``); the hit
 rate of a phase is the ratio of the two counters' increments over that phase. It counts
 tokens in cached blocks, not requests, so it differs from the request reuse rate of a
@@ -79,3 +79,39 @@ class StepCounters:
         """Generated tokens per engine step over the interval; NaN when no step ran."""
         ds = self.steps - before.steps
         return (self.generation_tokens - before.generation_tokens) / ds if ds > 0 else float("nan")
+
+
+def preemptions(base_url: str) -> float:
+    """Requests the scheduler preempted so far (``vllm:num_preemptions``: it ran out of KV blocks
+    and evicted a running request, to recompute it later)."""
+    c = scrape(base_url)
+    n = c.get("vllm:num_preemptions_total", c.get("vllm:num_preemptions"))
+    if n is None:
+        raise KeyError(f"{base_url}/metrics has no vllm:num_preemptions counter (vLLM without V1 metrics?)")
+    return n
+
+
+@dataclass(frozen=True)
+class DecodeCounters:
+    """The engine's own time per output token: vLLM's per-request histogram of (last token - first
+    token) / (tokens - 1), stamped by the engine core. Its mean over a phase is the decode step as the
+    engine saw it, so a client starved of CPU (which reads whole answers at once and makes the
+    client's TPOT read ~0) does not move it."""
+
+    tpot_sum_s: float
+    requests: float
+
+    @classmethod
+    def read(cls, base_url: str) -> "DecodeCounters":
+        c = scrape(base_url)
+        total = c.get("vllm:request_time_per_output_token_seconds_sum")
+        count = c.get("vllm:request_time_per_output_token_seconds_count")
+        if total is None or count is None:
+            raise KeyError(f"{base_url}/metrics has no vllm:request_time_per_output_token_seconds histogram "
+                           "(vLLM without V1 metrics?)")
+        return cls(tpot_sum_s=total, requests=count)
+
+    def mean_tpot_ms_since(self, before: "DecodeCounters") -> float:
+        """Mean engine-side TPOT (ms) of the requests finished over the interval; NaN when none did."""
+        n = self.requests - before.requests
+        return (self.tpot_sum_s - before.tpot_sum_s) / n * 1e3 if n > 0 else float("nan")

@@ -81,6 +81,13 @@ FATAL_LINE = re.compile(r"No space left on device|Cannot allocate memory|CUDA ou
 LOG_SCAN_BYTES = 4 << 20
 
 
+# What vLLM (v1/core/kv_cache_utils.py) logs once the KV cache is sized: "GPU KV cache size: N tokens"
+# (on CPU "CPU KV cache size: ...").
+KV_TOKENS_LINE = re.compile(r"KV cache size: ([0-9][0-9,]*) tokens")
+# ... and once the engine is ready (v1/engine/core.py): "init engine (profile, create kv cache, warmup model) took 156.89 s"
+ENGINE_INIT_LINE = re.compile(r"init engine \([^)]*\) took ([0-9]+(?:\.[0-9]+)?) s")
+
+
 def log_cause(path: Path) -> str:
     """The first line of the log (its last 4 MiB) that names a fatal condition, or ''."""
     for line in _log_end(path, LOG_SCAN_BYTES).splitlines():
@@ -152,6 +159,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 def log_tail(path: Path, lines: int = 60) -> str:
     """Last lines of a log file ('' if it does not exist)."""
     return "\n".join(_log_end(path, 64 * 1024).splitlines()[-lines:])
+
+
+def _log_head(path: Path, nbytes: int) -> str:
+    """The first ``nbytes`` of a log as text ('' if it does not exist)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(nbytes).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
 
 
 def _log_end(path: Path, nbytes: int) -> str:
@@ -245,6 +261,18 @@ class VllmServer:
         head = f"cause, as the log says: {cause}\n" if cause else ""
         return f"log {self.log_path}:\n{head}--- last {lines} lines ---\n{self.log_tail(lines)}"
 
+    def kv_cache_tokens(self) -> int | None:
+        """The KV cache capacity in tokens the engine logged at start-up (``... KV cache size: 225,200
+        tokens``), None when the log has no such line (another vLLM version)."""
+        m = KV_TOKENS_LINE.search(_log_head(self.log_path, LOG_SCAN_BYTES))
+        return int(m[1].replace(",", "")) if m else None
+
+    def engine_init_s(self) -> float | None:
+        """How long the engine said its init took (profile, KV cache, warm-up: where compilation and
+        CUDA-graph capture go), None when the log has no such line."""
+        m = ENGINE_INIT_LINE.search(_log_head(self.log_path, LOG_SCAN_BYTES))
+        return float(m[1]) if m else None
+
     def metrics_text(self, timeout_s: float = 10.0) -> str:
         """The Prometheus /metrics page."""
         with urllib.request.urlopen(f"{self.base_url}/metrics", timeout=timeout_s) as resp:
@@ -288,6 +316,8 @@ def start_server(spec: ServerSpec, progress: ProgressFn | None = None,
             "--served-model-name", spec.served_model_name, *spec.engine_args]
     if mutations.active("serialized_batching"):
         argv += ["--max-num-seqs", "1"]  # the last occurrence wins
+    if mutations.active("eager_default") and "--enforce-eager" not in argv:
+        argv.append("--enforce-eager")
     env = contained_env(work_dir, dict(spec.env))
     proc, job = start_job(argv, env, log_path, work_dir, grace_s=SERVER_GRACE_S)
     server = VllmServer(spec=spec, port=port, proc=proc, log_path=log_path, job=job, argv=argv)

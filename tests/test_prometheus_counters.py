@@ -1,0 +1,63 @@
+"""The /metrics readers the serving trade-off tests use (preemptions, the engine's TPOT), against a
+real HTTP server on the loopback that serves a page in vLLM 0.32's format."""
+from __future__ import annotations
+
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from perfgate.workloads.serving.prometheus_counters import DecodeCounters, preemptions
+
+PAGE = {"text": ""}
+
+BEFORE = """# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="perfgate-model"} 3.0
+# TYPE vllm:request_time_per_output_token_seconds histogram
+vllm:request_time_per_output_token_seconds_bucket{engine="0",le="0.01",model_name="perfgate-model"} 10.0
+vllm:request_time_per_output_token_seconds_sum{engine="0",model_name="perfgate-model"} 0.12
+vllm:request_time_per_output_token_seconds_count{engine="0",model_name="perfgate-model"} 12.0
+"""
+AFTER = BEFORE.replace("} 3.0", "} 7.0").replace("} 0.12", "} 0.18").replace("} 12.0", "} 18.0")
+
+
+class _Metrics(BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        body = PAGE["text"].encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def base_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_preemptions_and_engine_tpot_over_a_phase(base_url):
+    PAGE["text"] = BEFORE
+    before_n, before = preemptions(base_url), DecodeCounters.read(base_url)
+    PAGE["text"] = AFTER
+    assert preemptions(base_url) - before_n == 4
+    assert DecodeCounters.read(base_url).mean_tpot_ms_since(before) == pytest.approx(10.0)  # 0.06 s / 6 requests
+    assert math.isnan(before.mean_tpot_ms_since(before))  # no request finished: no figure
+
+
+def test_a_server_without_the_counters_names_them(base_url):
+    PAGE["text"] = "vllm:generation_tokens_total 5\n"
+    with pytest.raises(KeyError, match="vllm:num_preemptions"):
+        preemptions(base_url)
+    with pytest.raises(KeyError, match="vllm:request_time_per_output_token_seconds"):
+        DecodeCounters.read(base_url)
