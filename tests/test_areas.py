@@ -139,3 +139,14 @@ def test_training_reduce_pairs_world_n_with_world_1_and_checks_the_trajectory():
     raw["strong"] = [_ddp_rank("strong", r, 2, [0.5, 1.0], [2.0, 1.6]) for r in range(2)]
     with pytest.raises(CheckFailed, match="world 2 losses drift from world 1 by 1.00e-01"):
         training.AREA.reduce(case, raw)
+
+
+def test_no_two_test_modules_share_a_name():
+    """pytest imports test modules by their file name (rootdir-relative 'prepend' mode): two files named
+    alike in tests/ and perf/ stop a plain `pytest` at collection ("import file mismatch")."""
+    from collections import Counter
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    names = Counter(p.name for d in ("tests", "correctness", "perf") for p in (root / d).rglob("test_*.py"))
+    assert [n for n, k in names.items() if k > 1] == []
