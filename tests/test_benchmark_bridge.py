@@ -15,7 +15,7 @@ pytest.importorskip("pytest_benchmark", reason="pytest-benchmark is a perfgate d
 BENCH = """
 import random
 
-DATA = random.Random(0).sample(range(5000), 5000)
+DATA = random.Random(0).sample(range(50000), 50000)
 REPEAT = {repeat}
 
 
