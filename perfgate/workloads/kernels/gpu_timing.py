@@ -8,8 +8,13 @@
 - **Not the launch.** Device work is asynchronous: CUDA events bracket a *burst* of back-to-back
   calls (:class:`Burst`), long enough that the two event records are noise, and the time per
   call is the span over the calls. Whether the host kept the device fed during such a burst is
-  measured separately (perfgate.workloads.device_time: the busy share of one profiled burst),
-  never under the profiler while timing.
+  measured separately (perfgate.workloads.device_time: the busy share of a profiled window of
+  :data:`BUSY_BURSTS` bursts), never under the profiler while timing.
+- **Not the start.** A burst begins on an idle device, which waits for the host's first launch
+  (under the profiler ~0.5 ms on a lent H200, seen 2026-12-02): a once-per-burst latency, not a
+  cost per call. Bursts and busy windows are long enough (:data:`BYTES_PER_SAMPLE`, tens of ms
+  at HBM speed) that it is noise; with 2 ms bursts it read as a busy share of 0.76-0.84 for
+  calls of 142 us whose timing reached 0.88 of the copy bandwidth.
 - **The ceiling of this lease.** :func:`copy_bandwidth` times a large device-to-device copy,
   counting bytes read plus bytes written, on the machine in hand: a kernel's bandwidth is judged
   as a fraction of it, not of a datasheet figure.
@@ -26,7 +31,8 @@ from perfgate.workloads.kernels.raw import CopyProbe
 
 ROTATE_L2_MULTIPLE = 4       # input sets rotated through hold at least this many L2s
 MIN_BUFFER_SETS = 2          # even a call far larger than the L2 alternates two sets
-BYTES_PER_SAMPLE = 8 << 30   # one timed burst moves about this much: milliseconds at HBM speed
+BYTES_PER_SAMPLE = 32 << 30  # one timed burst moves about this much: ~8 ms at HBM speed
+BUSY_BURSTS = 4              # bursts in one profiled window: its busy share is the calls', not the start's
 MIN_CALLS, MAX_CALLS = 10, 512
 FALLBACK_L2_BYTES = 64 << 20  # torch builds that do not report the L2 size: an H100/H200-sized guess
 
@@ -71,6 +77,11 @@ class Burst:
         n = len(self.inputs)
         for i in range(self.calls):
             self.ring[i % n] = self.fn(*self.inputs[i % n])
+
+    def repeated(self, times: int) -> None:
+        """``times`` bursts back to back (one profiled window of :data:`BUSY_BURSTS`)."""
+        for _ in range(times):
+            self()
 
     def timed_ms(self) -> float:
         """One burst between two CUDA events on the current stream: its span in ms on the device."""

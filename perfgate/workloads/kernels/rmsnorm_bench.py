@@ -8,7 +8,8 @@ For a shape (tokens x hidden, bf16):
 2. ``ROUNDS`` rounds, each timing one burst of every implementation in turn over the same
    rotating input sets (perfgate.workloads.kernels.gpu_timing): the i-th samples of two
    implementations were measured seconds apart, so their ratio pairs round by round;
-3. ``BUSY_BURSTS`` more bursts of each under the profiler give the device's busy share.
+3. ``BUSY_WINDOWS`` profiled windows of each (``gpu_timing.BUSY_BURSTS`` bursts back to back) give
+   the device's busy share.
 
 Returns the raw :class:`ShapeRun`; perfgate.workloads.kernels.reduce makes the metrics.
 """
@@ -25,7 +26,7 @@ IMPLS = ("triton", "eager", "compile")
 WRITES_INTO_OUT = frozenset({"triton"})  # takes the output buffer: poisoned before its check
 ROUNDS = 15
 WARMUP_BURSTS = 2
-BUSY_BURSTS = 3
+BUSY_WINDOWS = 3
 
 
 def bytes_per_call(tokens: int, hidden: int, element_bytes: int = 2) -> int:
@@ -83,7 +84,8 @@ def measure_shape(tokens: int, hidden: int, device) -> ShapeRun:
     for _ in range(ROUNDS):
         for name, burst in bursts.items():
             time_us[name].append(burst.timed_ms() * 1e3 / calls)
-    busy = {name: [device_time.measure(burst, device)[1].fraction for _ in range(BUSY_BURSTS)]
+    busy = {name: [device_time.measure(lambda b=burst: b.repeated(gpu_timing.BUSY_BURSTS), device)[1].fraction
+                   for _ in range(BUSY_WINDOWS)]
             for name, burst in bursts.items()}
     for burst in bursts.values():
         burst.release()
