@@ -105,6 +105,24 @@ def test_disagreeing_runs_are_refused_on_the_session_path_too(tmp_path):
     assert not (tmp_path / "baselines").exists()
 
 
+@pytest.mark.parametrize("table, written", [
+    ("", False),                                                                        # the runs' own 10 %
+    ('[record_only]\n"perf/collectives/*@speedup" = "launch-bound: 50 % apart between leases"\n', True),
+    ('[overrides]\n"perf/collectives/*@speedup" = 0.80\n', True),                         # wide enough
+    ('[overrides]\n"perf/collectives/*@speedup" = 0.20\n', False),                        # still too narrow
+])
+def test_refresh_judges_the_runs_agreement_with_the_ids_committed_table(tmp_path, table, written):
+    """The tolerance table the id's sessions will judge with decides whether runs may pool, not the one
+    they were measured under: a metric made [record_only] (or given a wider override) from these very
+    runs' spread pools; without that table, or with a tolerance they still break, nothing is written."""
+    base = tmp_path / "baselines"
+    (base / HW).mkdir(parents=True)
+    (base / HW / "tolerances.toml").write_text(table)
+    a, b = (save(tmp_path / n, d) for n, d in zip(("a.json", "b.json"), two_runs(tmp_path, 1.5)))
+    assert cli.main(["refresh", str(a), str(b), "--yes", "--baselines", str(base)]) == (0 if written else 1)
+    assert (base / HW / "collectives.json").exists() == written
+
+
 def test_results_of_a_mutated_session_are_marked_and_refused(project, monkeypatch, capsys):
     monkeypatch.setenv("PERFGATE_TEST_EXTRA_PARAM_COPY", "1")  # an older knob: a registered mutation now
     project.runpytest(f"--perf-hardware-id={HW}", "--perf-save=r.json", "-p", "no:cacheprovider").assert_outcomes(

@@ -77,8 +77,11 @@ def run(args: argparse.Namespace) -> int:
     checks = Checks(allow_dirty=args.allow_dirty, force=args.force, include_tainted=args.include_tainted,
                     allow_other_workload=args.allow_other_workload)
     refs = [run_store.run_reference(p, d["hardware_id"]) for p, d in zip(args.results, docs)]
+    # the id's committed table judges whether the runs agree (as its sessions will judge them)
+    judged_by = load_settings(args.root, args.baselines, hardware_id=docs[0]["hardware_id"]) if docs else None
     try:
-        plan = baseline_writer.plan_from_results(docs, names, checks, say=baseline_writer.stderr, refs=refs)
+        plan = baseline_writer.plan_from_results(docs, names, checks, say=baseline_writer.stderr, refs=refs,
+                                                 settings=judged_by)
     except baseline_writer.RunsDisagree as exc:
         for line in _disagreement_table(exc.clash, names, [r["sha256"] for r in refs], width=stdout_width()):
             print(line)

@@ -117,16 +117,27 @@ def distinct(docs: list[dict], names: list[str], say: Callable[[str], object]) -
     return kept_docs, kept_names
 
 
-def disagreeing(by_area: ByArea, ungated: set[tuple[str, str]]) -> list[dict]:
-    """Gated entries pooled from runs whose medians would fail against one another at the entry's tol."""
+def disagreeing(by_area: ByArea, ungated: set[tuple[str, str]], settings=None) -> list[dict]:
+    """Gated entries pooled from runs whose medians would fail against one another at their tolerance.
+
+    ``settings`` (perfgate.judge.config.Settings of the hardware id, as its sessions will read them):
+    the committed table decides, not the one the runs were measured under, so a metric made
+    ``[record_only]`` or given an ``[overrides]`` tolerance from these very runs is judged as the gate
+    will judge it. Without it, each entry's own tol (what its runs were judged with)."""
     out = []
     for tests in by_area.values():
         for test, metrics in sorted(tests.items()):
             for metric, e in sorted(metrics.items()):
                 if (test, metric) in ungated or e.tol is None or len(e.runs) < 2:
                     continue
-                if run_noise.disagree([r["median"] for r in e.runs], e.tol, absolute=e.unit == "fraction"):
-                    out.append({"test_id": test, "metric": metric, "unit": e.unit, "tol": e.tol, "runs": list(e.runs)})
+                tol = e.tol
+                if settings is not None:
+                    if settings.record_only_reason(test, metric) is not None:
+                        continue
+                    override = settings.override_for(test, metric)
+                    tol = tol if override is None else override
+                if run_noise.disagree([r["median"] for r in e.runs], tol, absolute=e.unit == "fraction"):
+                    out.append({"test_id": test, "metric": metric, "unit": e.unit, "tol": tol, "runs": list(e.runs)})
     return out
 
 
@@ -172,11 +183,12 @@ def plan_from_entries(hardware_id: str, by_area: ByArea, *, fingerprint: dict | 
 
 
 def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
-                      say: Callable[[str], object] = print, refs: list[dict] | None = None) -> Plan:
+                      say: Callable[[str], object] = print, refs: list[dict] | None = None, settings=None) -> Plan:
     """Results documents -> a checked plan (RunsDisagree when runs disagree and not ``force``).
 
     ``refs``: each document's results-store reference (perfgate.store.run_store.run_reference),
-    which the baseline's run summaries record instead of a path."""
+    which the baseline's run summaries record instead of a path. ``settings``: the hardware id's
+    tolerance table that judges the runs' agreement (:func:`disagreeing`)."""
     check_documents(docs, names, checks)
     ref_of = dict(zip(names, refs)) if refs else {}
     docs, names = distinct(docs, names, say)
@@ -184,7 +196,7 @@ def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
                            refs=[ref_of[n] for n in names] if refs else None)
     by_area = results_mod.baseline_entries(doc, include_tainted=checks.include_tainted)
     ungated = {(r["test_id"], r["metric"]) for r in doc.get("results") or [] if not r.get("gated", True)}
-    clash = disagreeing(by_area, ungated)
+    clash = disagreeing(by_area, ungated, settings)
     if clash and not checks.force:
         raise RunsDisagree(f"not written: {len(clash)} gated metric(s) whose run medians disagree beyond their "
                            f"tolerance (one run would fail against another); find out why, or pass "
