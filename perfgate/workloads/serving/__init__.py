@@ -85,7 +85,8 @@ class ServingProfile:
     bench_requests: int
     bench_concurrency: int
     bench_rounds: int
-    bench_bounds: BenchBounds        # how far ours/bench may be from 1 (median over rounds)
+    # how far ours/bench may be from 1 (median over rounds); None: the agreement is recorded, not asserted
+    bench_bounds: BenchBounds | None
     # peak RSS of a server's process tree (server_memory) above which a test fails; None: no budget
     # unless --perf-rss-budget gives one
     server_rss_budget_mib: float | None = None
@@ -113,7 +114,12 @@ CPU_PROFILE = ServingProfile(
     long_prefill_len=1536, long_prefill_requests=2, decode_streams=2, decode_stream_output_len=48,
     decode_input_len=32, decode_output_len=96, decode_requests=5,
     bench_requests=96, bench_concurrency=4, bench_rounds=3,
-    bench_bounds=BenchBounds(ttft=0.50, tpot=0.25, itl=0.05, e2el=0.10),
+    # Not asserted on 2 vCPUs: both clients share the two cores with the server, and on an Intel AMX VM
+    # (2026-12-02, two clean-clone CI runs) 5 of 11 rounds had a client starved and the kept ones read
+    # ITL ours/bench 1.03 and 1.69 (bench's own tokens half in pairs), TTFT 0.30-1.74, E2EL 0.78-1.85:
+    # the scheduler's noise, not either instrument's (on AMD VMs ITL stayed within 2 %). The gaps are
+    # recorded; the GPU profile asserts its bounds.
+    bench_bounds=None,
     # measured 3 365 MiB (compiled) and 3 309 MiB (eager) on 2026-12-02, 4 processes each: the budget
     # catches a server that grows by ~80 % (another GiB of KV, a second copy of the weights)
     server_rss_budget_mib=6144.0,
