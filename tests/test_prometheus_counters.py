@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from perfgate.workloads.serving.prometheus_counters import DecodeCounters, preemptions
+from perfgate.workloads.serving.prometheus_counters import DecodeCounters, PrefixCacheCounters, StepCounters, preemptions
 
 PAGE = {"text": ""}
 
@@ -61,3 +61,16 @@ def test_a_server_without_the_counters_names_them(base_url):
         preemptions(base_url)
     with pytest.raises(KeyError, match="vllm:request_time_per_output_token_seconds"):
         DecodeCounters.read(base_url)
+
+
+def test_every_reader_takes_the_older_counter_names_and_names_both_counters_it_lacks(base_url):
+    """One reader behind all four (read_counters): a name without ``_total`` (older vLLM) is read
+    alike, and a page with one of two counters fails naming both."""
+    PAGE["text"] = ("vllm:prefix_cache_queries 40\nvllm:prefix_cache_hits 30\nvllm:num_preemptions 2\n"
+                    "vllm:generation_tokens_total 64\nvllm:iteration_tokens_total_count 16\n")
+    assert PrefixCacheCounters.read(base_url) == PrefixCacheCounters(queries=40.0, hits=30.0)
+    assert preemptions(base_url) == 2.0
+    assert StepCounters.read(base_url).tokens_per_step_since(StepCounters(0.0, 0.0)) == 4.0
+    PAGE["text"] = "vllm:prefix_cache_queries_total 40\n"
+    with pytest.raises(KeyError, match="prefix_cache_queries_total / vllm:prefix_cache_hits_total counter"):
+        PrefixCacheCounters.read(base_url)

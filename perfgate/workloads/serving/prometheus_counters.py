@@ -35,6 +35,17 @@ def scrape(base_url: str, timeout_s: float = 10.0) -> dict[str, float]:
         return counter_totals(resp.read().decode())
 
 
+def read_counters(base_url: str, *wanted: tuple[str, ...], why: str) -> list[float]:
+    """One scrape of ``base_url``/metrics: for each wanted counter, the value of the first of its names
+    the page has (vLLM renamed some, ``_total`` or not). A counter the page lacks is a KeyError that
+    names every wanted counter and ``why`` it may be missing."""
+    c = scrape(base_url)
+    values = [next((c[n] for n in names if n in c), None) for names in wanted]
+    if any(v is None for v in values):
+        raise KeyError(f"{base_url}/metrics has no {' / '.join(names[0] for names in wanted)} counter(s) ({why})")
+    return values
+
+
 @dataclass(frozen=True)
 class PrefixCacheCounters:
     queries: float  # prompt tokens looked up
@@ -42,12 +53,9 @@ class PrefixCacheCounters:
 
     @classmethod
     def read(cls, base_url: str) -> "PrefixCacheCounters":
-        c = scrape(base_url)
-        q = c.get("vllm:prefix_cache_queries_total", c.get("vllm:prefix_cache_queries"))
-        h = c.get("vllm:prefix_cache_hits_total", c.get("vllm:prefix_cache_hits"))
-        if q is None or h is None:
-            raise KeyError(f"{base_url}/metrics has no vllm:prefix_cache_queries/_hits counters "
-                           "(vLLM too old for prefix-cache metrics?)")
+        q, h = read_counters(base_url, ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries"),
+                             ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits"),
+                             why="vLLM too old for prefix-cache metrics?")
         return cls(queries=q, hits=h)
 
     def hit_rate_since(self, before: "PrefixCacheCounters") -> float:
@@ -68,11 +76,8 @@ class StepCounters:
 
     @classmethod
     def read(cls, base_url: str) -> "StepCounters":
-        c = scrape(base_url)
-        gen, steps = c.get("vllm:generation_tokens_total"), c.get("vllm:iteration_tokens_total_count")
-        if gen is None or steps is None:
-            raise KeyError(f"{base_url}/metrics has no vllm:generation_tokens_total / "
-                           "vllm:iteration_tokens_total counters (vLLM without V1 metrics?)")
+        gen, steps = read_counters(base_url, ("vllm:generation_tokens_total",),
+                                   ("vllm:iteration_tokens_total_count",), why="vLLM without V1 metrics?")
         return cls(generation_tokens=gen, steps=steps)
 
     def tokens_per_step_since(self, before: "StepCounters") -> float:
@@ -84,10 +89,8 @@ class StepCounters:
 def preemptions(base_url: str) -> float:
     """Requests the scheduler preempted so far (``vllm:num_preemptions``: it ran out of KV blocks
     and evicted a running request, to recompute it later)."""
-    c = scrape(base_url)
-    n = c.get("vllm:num_preemptions_total", c.get("vllm:num_preemptions"))
-    if n is None:
-        raise KeyError(f"{base_url}/metrics has no vllm:num_preemptions counter (vLLM without V1 metrics?)")
+    (n,) = read_counters(base_url, ("vllm:num_preemptions_total", "vllm:num_preemptions"),
+                         why="vLLM without V1 metrics?")
     return n
 
 
@@ -103,12 +106,9 @@ class DecodeCounters:
 
     @classmethod
     def read(cls, base_url: str) -> "DecodeCounters":
-        c = scrape(base_url)
-        total = c.get("vllm:request_time_per_output_token_seconds_sum")
-        count = c.get("vllm:request_time_per_output_token_seconds_count")
-        if total is None or count is None:
-            raise KeyError(f"{base_url}/metrics has no vllm:request_time_per_output_token_seconds histogram "
-                           "(vLLM without V1 metrics?)")
+        total, count = read_counters(base_url, ("vllm:request_time_per_output_token_seconds_sum",),
+                                     ("vllm:request_time_per_output_token_seconds_count",),
+                                     why="vLLM without V1 metrics?")
         return cls(tpot_sum_s=total, requests=count)
 
     def mean_tpot_ms_since(self, before: "DecodeCounters") -> float:
