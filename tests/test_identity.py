@@ -373,7 +373,13 @@ def test_tolerances_come_from_the_family_when_this_id_has_none(tmp_path):
     (tmp_path / "cpu-AMD-EPYC-isaunknown-2c").mkdir()
     (tmp_path / "cpu-AMD-EPYC-isaunknown-2c" / "tolerances.toml").write_text("[tolerances]\nratio = 0.35\n")
     assert tolerances_id(tmp_path, "cpu-AMD-EPYC-avx512-2c") == "cpu-AMD-EPYC-isaunknown-2c"
-    assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-Intel-Xeon-avx512-2c"
+    # another make with as many cores: the same machine class (a shared 2-core VM)
+    assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-AMD-EPYC-isaunknown-2c"
+    assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-4c") == "cpu-Intel-Xeon-avx512-4c"  # not its size
+    assert tolerances_id(tmp_path, "1xH200") == "1xH200"                                       # not a CPU
+    (tmp_path / "cpu-Intel-Xeon-amx-2c").mkdir()
+    (tmp_path / "cpu-Intel-Xeon-amx-2c" / "tolerances.toml").write_text("[tolerances]\nratio = 0.30\n")
+    assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-Intel-Xeon-amx-2c"      # its family first
 
 
 def test_committed_cpu_baselines_are_marked_isa_unknown():

@@ -9,7 +9,8 @@ ratios on whichever kind of CPU machine it lands on before that kind has baselin
 Exact counts depend on no machine at all: after this id and its family, any id's baseline of
 the same test and metric serves (a CI machine of a new kind still catches a DDP change from 7
 all-reduces per step to 1). The same family rule picks the per-machine tolerances.toml when
-this id has none: noise is a property of the machine size and sharing, which the family shares.
+this id has none: noise is a property of the machine size and sharing, which the family shares;
+a CPU id with no family file takes one of a CPU of another make with as many cores.
 """
 from __future__ import annotations
 
@@ -63,13 +64,26 @@ def family_candidates(hardware_id: str, available: list[str]) -> list[str]:
     return sorted(others, key=distance)
 
 
+def same_size_cpu_ids(hardware_id: str, available: list[str]) -> list[str]:
+    """CPU ids of other models with as many cores as ``hardware_id`` (its machine class: a shared
+    N-core VM), by name; none for a GPU id."""
+    family = id_family(hardware_id)[0]
+    if not family.startswith("cpu-"):
+        return []
+    size = family.rsplit("-", 1)[1]
+    return sorted(h for h in available if h != hardware_id and h.startswith("cpu-")
+                  and id_family(h)[0] != family and id_family(h)[0].rsplit("-", 1)[1] == size)
+
+
 def tolerances_id(baselines_root: Path, hardware_id: str) -> str:
-    """The id whose ``tolerances.toml`` applies: this id's if it has one, else the nearest of its family."""
+    """The id whose ``tolerances.toml`` applies: this id's if it has one, else the nearest of its family,
+    else (CPU ids) one of another CPU model with as many cores: a shared 2-core VM is noisy the same
+    way whoever made its CPU (an Intel AMX CI machine read the AMD 2-core VMs' spreads, 2026-12-02)."""
     root = Path(baselines_root)
     if (root / hardware_id / "tolerances.toml").exists() or not root.is_dir():
         return hardware_id
     ids = sorted(p.name for p in root.iterdir() if (p / "tolerances.toml").exists())
-    near = family_candidates(hardware_id, ids)
+    near = family_candidates(hardware_id, ids) or same_size_cpu_ids(hardware_id, ids)
     return near[0] if near else hardware_id
 
 
