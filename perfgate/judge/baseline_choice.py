@@ -22,6 +22,7 @@ from perfgate.machine import cpu_info
 from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.judge.fingerprint_check import HOST_BOUND_NOTE, WORKLOAD_NOTE, FingerprintDiff, compare
 from perfgate.judge.metrics import MACHINE_FREE
+from perfgate.judge.policy import is_cpu_id
 from perfgate.machine.hardware import id_family
 from perfgate.store.results import area_of
 
@@ -67,11 +68,11 @@ def family_candidates(hardware_id: str, available: list[str]) -> list[str]:
 def same_size_cpu_ids(hardware_id: str, available: list[str]) -> list[str]:
     """CPU ids of other models with as many cores as ``hardware_id`` (its machine class: a shared
     N-core VM), by name; none for a GPU id."""
-    family = id_family(hardware_id)[0]
-    if not family.startswith("cpu-"):
+    if not is_cpu_id(hardware_id):
         return []
+    family = id_family(hardware_id)[0]
     size = family.rsplit("-", 1)[1]
-    return sorted(h for h in available if h != hardware_id and h.startswith("cpu-")
+    return sorted(h for h in available if h != hardware_id and is_cpu_id(h)
                   and id_family(h)[0] != family and id_family(h)[0].rsplit("-", 1)[1] == size)
 
 
