@@ -439,5 +439,8 @@ def test_eager_default_fires(tmp_path):
     bad = _run(tmp_path, "mutated", selection, "eager_default")
     verdicts = [judge(bad, test_id, name, baseline=clean) for name in
                 ("c1_engine_decode_tok_s_compiled_vs_eager", "c1_output_tok_s_compiled_vs_eager")]
+    if not any(v.gated for v in verdicts):  # the 2-core VM class: clean runs span the planted bug's reading
+        pytest.skip("compiled/eager throughput is record-only on this machine (its tolerances.toml says why); "
+                    "the gate is for machines whose clean runs hold the ratio: " + verdicts[0].verdict["explanation"])
     fired = [v for v in verdicts if v.gated and v.verdict["outcome"] == "regression"]
     assert fired, "; ".join(f"{v.metric}: {v.verdict['outcome']} ({v.verdict['explanation']})" for v in verdicts)
