@@ -434,13 +434,19 @@ def test_eager_default_fires(tmp_path):
     test_id = "perf/serving/test_compiled_vs_eager.py::test_compiled_vs_eager[cpu]"
     # both runs on this machine as it is (_run measures with --perf-preflight off): the verdict compares them
     # with each other, not with a quiet baseline
+    from perfgate.judge.policy import GatePolicy
+    from perfgate.machine.hardware_id import resolve_hardware_id
+
+    names = ("c1_engine_decode_tok_s_compiled_vs_eager", "c1_output_tok_s_compiled_vs_eager")
+    hw = resolve_hardware_id()
+    settings = load_settings(ROOT, hardware_id=hw)
+    if not any(GatePolicy.of(hw, settings).gates(test_id, n, "family") for n in names):  # before 4 server starts
+        pytest.skip("compiled/eager throughput is record-only on this machine (its tolerances.toml says why: "
+                    f"{settings.record_only_reason(test_id, names[0])}); the gate is for machines whose clean "
+                    "runs hold the ratio")
     selection = [test_id]
     clean = _run(tmp_path, "clean", selection, None)
     bad = _run(tmp_path, "mutated", selection, "eager_default")
-    verdicts = [judge(bad, test_id, name, baseline=clean) for name in
-                ("c1_engine_decode_tok_s_compiled_vs_eager", "c1_output_tok_s_compiled_vs_eager")]
-    if not any(v.gated for v in verdicts):  # the 2-core VM class: clean runs span the planted bug's reading
-        pytest.skip("compiled/eager throughput is record-only on this machine (its tolerances.toml says why); "
-                    "the gate is for machines whose clean runs hold the ratio: " + verdicts[0].verdict["explanation"])
+    verdicts = [judge(bad, test_id, name, baseline=clean) for name in names]
     fired = [v for v in verdicts if v.gated and v.verdict["outcome"] == "regression"]
     assert fired, "; ".join(f"{v.metric}: {v.verdict['outcome']} ({v.verdict['explanation']})" for v in verdicts)

@@ -78,10 +78,10 @@ def run(args: argparse.Namespace) -> int:
                     allow_other_workload=args.allow_other_workload)
     refs = [run_store.run_reference(p, d["hardware_id"]) for p, d in zip(args.results, docs)]
     # the id's committed table judges whether the runs agree (as its sessions will judge them)
-    judged_by = load_settings(args.root, args.baselines, hardware_id=docs[0]["hardware_id"]) if docs else None
+    settings = load_settings(args.root, args.baselines, hardware_id=docs[0]["hardware_id"])
     try:
         plan = baseline_writer.plan_from_results(docs, names, checks, say=baseline_writer.stderr, refs=refs,
-                                                 settings=judged_by)
+                                                 settings=settings)
     except baseline_writer.RunsDisagree as exc:
         for line in _disagreement_table(exc.clash, names, [r["sha256"] for r in refs], width=stdout_width()):
             print(line)
@@ -91,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
     if not plan.by_area:
         print(f"perfgate refresh: nothing written: {_why_nothing(doc, ', '.join(names))}", file=sys.stderr)
         return 1
-    settings = load_settings(args.root, args.baselines)
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=Path(args.root) / "pyproject.toml")
     width = stdout_width()
