@@ -85,6 +85,12 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              "bf16 matrix products on the step's stream, calibrated to the step's device time",
              "perfgate/workloads/training/engine.py (BuiltCase.run_step, perfgate/workloads/device_burn.py)",
              default_factor=0.10, neutral_factor=0.0, max_factor=100.0),
+    Mutation("serving_decode_slowdown", "serving",
+             "every decode step of a GPU vLLM server does a given fraction more device work "
+             "(serving_decode_slowdown:0.10 = 10 %): bf16 matrix products after each decode forward, calibrated "
+             "inside the server to the step's device time (GPU only: the server refuses to start without CUDA)",
+             "perfgate/workloads/serving/vllm_plugin.py (a vllm.general_plugins entry point)",
+             default_factor=0.10, neutral_factor=0.0, max_factor=100.0),
     Mutation("moe_hot_expert", "moe",
              "the MoE router sends the uniform case's tokens to one hot expert (hot0.5: ~80 % of tokens pick "
              "expert 0), so one rank computes the most and every other waits for it in the combine",

@@ -7,10 +7,12 @@ shapes whose ids are tokenizer entries but for the embedding's padding to a mult
 (the Qwen2.5-7B shapes' 152 064 rows against a 4 006-word tokenizer are not:
 tiny_model.QWEN25_7B_STRUCTURE):
 
-  dense  TinyLlama-1.1B's shapes (Llama layout: hidden 2048, 22 layers, 32 heads / 4 KV heads,
-         MLP 5632, vocabulary 32 000 words -> 32 064 rows): 1.1 B parameters, 2.2 GB in bf16
-  dense-7b  a 7.24 B Llama layout (hidden 4096, 32 layers, 32 / 8 KV heads, MLP 14336, the same
-         32 000-word tokenizer): device-bound on an H200, the profile's next dense model
+  dense-7b  the profile's dense model: a 7.24 B Llama layout (hidden 4096, 32 layers, 32 / 8 KV
+         heads, MLP 14336, vocabulary 32 000 words -> 32 064 rows), 14.5 GB in bf16: device-bound
+         on an H200
+  dense-1b  TinyLlama-1.1B's shapes (hidden 2048, 22 layers, 32 heads / 4 KV heads, MLP 5632, the
+         same tokenizer): the profile's model until 2026-12-02, host-bound on a 16-core H200 host
+         (kept to reproduce the results-store runs of that time: DENSE=dense-1b)
   moe    a Qwen3-MoE layout (hidden 2048, 24 layers, 64 experts top-8), vocabulary
          32 000 words: 7.8 B total / ~1.8 B active parameters
 
@@ -18,7 +20,7 @@ Serve them with `--load-format dummy` (vLLM fills random weights on the GPU; no 
 weight files). Usage, on the GPU machine:
 
   python3 scripts/build_gpu_serving_models.py /tmp/models
-  export PERFGATE_SERVING_MODEL=/tmp/models/dense PERFGATE_SERVING_MOE_MODEL=/tmp/models/moe
+  export PERFGATE_SERVING_MODEL=/tmp/models/dense-7b PERFGATE_SERVING_MOE_MODEL=/tmp/models/moe
   export PERFGATE_SERVING_ENGINE_ARGS="--load-format dummy"
 """
 from __future__ import annotations
@@ -30,10 +32,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from perfgate.workloads.serving import GPU_PROFILE  # noqa: E402
-from perfgate.workloads.serving.tiny_model import LLAMA_7B_STRUCTURE, TinyModelSpec, build_tiny_model  # noqa: E402
+from perfgate.workloads.serving.tiny_model import LLAMA_1B_STRUCTURE, TinyModelSpec, build_tiny_model  # noqa: E402
 
-# dense-7b: the device-bound candidate (tiny_model.LLAMA_7B_STRUCTURE): PERFGATE_SERVING_MODEL=<dir>/dense-7b
-MODELS = {"dense": GPU_PROFILE.dense_model, "moe": GPU_PROFILE.moe_model, "dense-7b": LLAMA_7B_STRUCTURE}
+MODELS = {"dense-7b": GPU_PROFILE.dense_model, "moe": GPU_PROFILE.moe_model, "dense-1b": LLAMA_1B_STRUCTURE}
 
 
 def params(spec: TinyModelSpec, vocab_size: int) -> float:

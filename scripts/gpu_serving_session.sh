@@ -11,7 +11,8 @@
 #   scripts/gpu_serving_session.sh RUN [SITE] [DIST_LIST]
 #   env: TRACE=1 (log every import, for scripts/vllm_import_trace.py), LIMIT_S (default 570:
 #        seconds this script may take in all), PYTEST_K (a pytest -k expression), PYTEST_ARGS
-#        (extra pytest arguments, split on spaces), DENSE (dense | dense-7b: the dense model dir)
+#        (extra pytest arguments, split on spaces), DENSE (dense-7b, the profile's model, or
+#        dense-1b, the 1.1 B model it replaced: the dense model dir)
 # The whole selection does not fit one 600 s call (the dense tests take ~470 s with their
 # server starts, the MoE case ~100-130 s more): run it as two calls on one warm machine,
 #   PYTEST_K="not moe" scripts/gpu_serving_session.sh run1
@@ -35,9 +36,10 @@ fi
 export PYTHONPATH="$SITE"
 say "vllm in $SITE ($(ls -d "$SITE"/*.dist-info | wc -l) distributions)"
 python3 -m pip install -q --no-deps --no-build-isolation -e . || exit 1
-[ -f /tmp/models/dense-7b/config.json ] || python3 scripts/build_gpu_serving_models.py /tmp/models || exit 1
-# DENSE=dense-7b serves the device-bound 7.24 B layout (its own baselines: the identity differs)
-export PERFGATE_SERVING_MODEL=/tmp/models/${DENSE:-dense} PERFGATE_SERVING_MOE_MODEL=/tmp/models/moe
+[ -f /tmp/models/dense-1b/config.json ] || python3 scripts/build_gpu_serving_models.py /tmp/models || exit 1
+# DENSE=dense-1b serves the 1.1 B layout the profile used before (host-bound; the identity differs,
+# so its runs read not-comparable against the 7.24 B baselines)
+export PERFGATE_SERVING_MODEL=/tmp/models/${DENSE:-dense-7b} PERFGATE_SERVING_MOE_MODEL=/tmp/models/moe
 export PERFGATE_SERVING_ENGINE_ARGS="${PERFGATE_SERVING_ENGINE_ARGS:---load-format dummy}"
 # Compiled kernels are shared by every server of the session (and by a later run on this
 # machine): only start-up time changes, not what is measured.

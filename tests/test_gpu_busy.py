@@ -56,3 +56,22 @@ def test_off_gpu_the_reduce_records_what_it_did_before():
     got = serving.AREA.reduce(case, serving.LatencyRuns([_summary(None)]))
     assert not any(r.name.endswith("gpu_busy_fraction") for r in got)
     assert all(not r.options for r in got)
+
+
+def test_runs_too_short_for_a_share_pool_their_samples():
+    """A GPU sweep's C=16 phase lasts ~0.2 s: one NVML sample each, no share of its own (seen on the
+    7B profile, 2026-12-02). The samples of the phase's runs pooled give it one share; fewer than
+    MIN_SAMPLES in all still give none, never a made-up figure."""
+    def short(percents):
+        records = [{"error": None, "send_s": 0.0, "first_chunk_s": 0.05, "chunk_s": [0.05, 0.06, 0.07],
+                    "end_s": 0.07, "prompt_tokens": 8, "output_tokens": 3}]
+        return summarize(records, 0.07, gpu_busy=gpu_busy.pooled_share(percents), gpu_busy_samples=percents)
+
+    case = Case("gpu", serving.GPU_PROFILE, ("1gpu", "vllm"))
+    got = {r.name: r for r in serving.AREA.reduce(case, serving.LatencyRuns([short((96,)), short((90,)),
+                                                                             short((93,))], "c_"))}
+    assert got["c_gpu_busy_fraction"].samples == [pytest.approx(0.93)]
+    assert got["c_tpot_ms"].options["device_busy"] == pytest.approx(0.93)
+    too_few = serving.AREA.reduce(case, serving.LatencyRuns([short((96,)), short(())], "c_"))
+    assert not any(r.name.endswith("gpu_busy_fraction") for r in too_few)
+    assert gpu_busy.pooled_share([50, 100, 150]) == 1.0  # NVML's odd > 100 % readings are clamped

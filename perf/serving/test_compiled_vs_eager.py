@@ -25,7 +25,7 @@ import pytest
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.prometheus_counters import DecodeCounters
-from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.serving_metrics import summarize_run
 from perfgate.workloads.serving.starvation import skip_reason, starved, unstarved_runs
 
 SERVERS = ("compiled", "eager")
@@ -41,7 +41,7 @@ def _phase(target, concurrency: int, seed: int) -> dict:
     engine_tpot_ms = DecodeCounters.read(target.base_url).mean_tpot_ms_since(before)
     assert result.failed == 0, f"{target.label} C={concurrency}: {result.failed} failed requests: {result.errors()}"
     assert engine_tpot_ms > 0, f"{target.label} C={concurrency}: the engine counted no decode time ({engine_tpot_ms})"
-    return {"summary": summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy),
+    return {"summary": summarize_run(result),
             "engine_tpot_ms": engine_tpot_ms}
 
 

@@ -24,7 +24,7 @@ import pytest
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.prometheus_counters import StepCounters
-from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.serving_metrics import summarize_run
 from perfgate.workloads.serving.starvation import skip_reason, starved, unstarved_runs
 
 LEVELS = (1, 2, 4, 8, 16, 32)
@@ -36,7 +36,7 @@ def _phase(target, concurrency: int, seed: int):
     reqs = random_requests(target.token_pool, n, p.input_len, p.output_len, seed=seed)
     result = run_load(target.load(reqs, max_concurrency=concurrency, seed=seed))
     assert result.failed == 0, f"C={concurrency}: {result.failed} failed requests: {result.errors()}"
-    return result, summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy)
+    return result, summarize_run(result)
 
 
 @pytest.mark.parametrize("concurrency", LEVELS, ids=lambda c: f"C={c}")

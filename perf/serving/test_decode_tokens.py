@@ -15,7 +15,7 @@ import pytest
 from fixtures.cases import record
 from perfgate.workloads import serving
 from perfgate.workloads.serving.loadgen import random_requests, run_load
-from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.serving_metrics import summarize_run
 from perfgate.workloads.serving.starvation import skip_reason, unstarved_runs
 
 ATTEMPTS = 3
@@ -33,7 +33,7 @@ def test_single_stream_decode(perf, request, serving_profile, model_kind):
         assert result.failed == 0, f"{result.failed} failed requests: {result.errors()}"
         assert all(r.output_tokens == p.decode_output_len for r in result.records), \
             f"ignore_eos not honoured: output tokens {[r.output_tokens for r in result.records]}"
-        return result, summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy)
+        return result, summarize_run(result)
 
     kept, every = unstarved_runs(run, lambda rs: not rs[1].decode_tok_s_values, wanted=1, extra=ATTEMPTS - 1)
     if not kept:

@@ -22,7 +22,7 @@ import pytest
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.prometheus_counters import preemptions
-from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.serving_metrics import summarize_run
 from perfgate.workloads.serving.starvation import skip_reason, starved, unstarved_runs
 
 SERVERS = ("default", "small")
@@ -47,7 +47,7 @@ def test_small_kv_cache_preempts(perf, small_kv_servers):
         before = preemptions(target.base_url)
         result = run_load(target.load(reqs, max_concurrency=p.kv_concurrency, seed=rep))
         assert result.failed == 0, f"{target.label}: {result.failed} failed requests: {result.errors()}"
-        return {"summary": summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy),
+        return {"summary": summarize_run(result),
                 "preemptions": preemptions(target.base_url) - before}
 
     def repetition(rep: int, names=SERVERS) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import long_prefill_requests, random_requests, run_load, run_loads_concurrently
-from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.serving_metrics import summarize_run
 from perfgate.workloads.serving.starvation import starved
 
 
@@ -27,7 +27,7 @@ def test_long_prefill_interference(perf, vllm_dense, record_latency):
                                  tag="decode")
         a = run_load(t.load(decode, max_concurrency=p.decode_streams, seed=rep))
         assert a.failed == 0, f"decode alone: {a.failed} failed requests: {a.errors()}"
-        s_alone = summarize(a.records, a.duration_s, gpu_busy=a.gpu_busy)
+        s_alone = summarize_run(a)
         # fresh prompts (the prefix cache is on) with the same shape; prefills spread over the
         # decode phase's measured length, evenly (burstiness 100 ~ a metronome)
         decode2 = random_requests(t.token_pool, n_decode, p.input_len, p.decode_stream_output_len,
@@ -38,7 +38,7 @@ def test_long_prefill_interference(perf, vllm_dense, record_latency):
             t.load(decode2, max_concurrency=p.decode_streams, seed=rep),
             t.load(longs, rate_rps=rate, burstiness=100.0, seed=rep)])
         assert d.failed == 0 and lp.failed == 0, f"with prefills: {d.errors() + lp.errors()}"
-        s_mixed, s_lp = summarize(d.records, d.duration_s, gpu_busy=d.gpu_busy), summarize(lp.records, lp.duration_s, gpu_busy=lp.gpu_busy)
+        s_mixed, s_lp = summarize_run(d), summarize_run(lp)
         alone.append(s_alone)
         mixed.append(s_mixed)
         prefill.append(s_lp)

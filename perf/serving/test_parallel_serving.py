@@ -15,7 +15,7 @@ from fixtures.cases import parametrize
 from fixtures.serving import serving_target
 from perfgate.workloads import serving
 from perfgate.workloads.serving.loadgen import random_requests, run_load
-from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.serving_metrics import summarize_run
 
 
 @parametrize(serving.AREA, "parallel")
@@ -36,7 +36,7 @@ def test_parallel_serving(perf, case, server_pool, serving_models):
                 reqs = random_requests(target.token_pool, n, p.input_len, p.output_len, seed=11000 + 10 * rep + c)
                 result = run_load(target.load(reqs, max_concurrency=c, seed=rep))
                 assert result.failed == 0, f"{target.label} C={c}: {result.errors()}"
-                runs.append(summarize(result.records, result.duration_s).output_throughput_tok_s)
+                runs.append(summarize_run(result).output_throughput_tok_s)
             tok_s[c] = runs
             perf.record(f"c{c}_output_tok_s_{name}", runs, unit="tok/s", better="higher")
         out[name] = (tok_s, target.server.kv_cache_tokens())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 
 from perfgate.workloads.serving.loadgen import random_requests, run_load
-from perfgate.workloads.serving.serving_metrics import Slo, highest_rate_meeting_slo, summarize
+from perfgate.workloads.serving.serving_metrics import Slo, highest_rate_meeting_slo, summarize_run
 
 
 def _closed(target, n, concurrency, seed):
@@ -21,7 +21,7 @@ def _closed(target, n, concurrency, seed):
     reqs = random_requests(target.token_pool, n, p.input_len, p.output_len, seed=seed)
     result = run_load(target.load(reqs, max_concurrency=concurrency, seed=seed))
     assert result.failed == 0, f"C={concurrency}: {result.failed} failed requests: {result.errors()}"
-    return summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy)
+    return summarize_run(result)
 
 
 def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
@@ -47,7 +47,7 @@ def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
             result = run_load(t.load(reqs, rate_rps=frac * capacity_rps, burstiness=1.0,
                                      max_concurrency=p.rate_max_concurrency, seed=seed))
             assert result.failed == 0, f"{frac}x capacity: {result.failed} failed requests: {result.errors()}"
-            s = summarize(result.records, result.duration_s, slo=slo, gpu_busy=result.gpu_busy)
+            s = summarize_run(result, slo=slo)
             by_frac[frac].append(s)
             attainment[frac] = s.slo_attainment
             raw.append({"rep": rep, "fraction": frac, "offered_rps": frac * capacity_rps, "summary": s.to_dict(),

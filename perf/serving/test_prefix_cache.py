@@ -14,7 +14,7 @@ import math
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import run_load, shared_prefix_requests
 from perfgate.workloads.serving.prometheus_counters import PrefixCacheCounters
-from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.serving_metrics import summarize_run
 
 
 def _cold_then_warm(target, reqs, seed):
@@ -25,7 +25,7 @@ def _cold_then_warm(target, reqs, seed):
         result = run_load(target.load(reqs, max_concurrency=p.prefix_concurrency, seed=seed))
         after = PrefixCacheCounters.read(target.base_url)
         assert result.failed == 0, f"{target.label} {phase}: {result.failed} failed requests: {result.errors()}"
-        phases[phase] = (summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy), after.hits - before.hits,
+        phases[phase] = (summarize_run(result), after.hits - before.hits,
                          after.hit_rate_since(before), result)
     return phases
 

@@ -36,7 +36,7 @@ import pytest
 from perfgate.importers import vllm_bench as bench_import
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import random_requests, run_load
-from perfgate.workloads.serving.serving_metrics import summarize
+from perfgate.workloads.serving.serving_metrics import summarize_run
 from perfgate.workloads.serving.starvation import skip_reason, starved, unstarved_runs
 from perfgate.workloads.serving.vllm_bench import BenchServeRun, BenchServeSpec
 
@@ -67,7 +67,7 @@ def test_vllm_bench_serve_crosscheck(perf, vllm_dense, tmp_path):
         assert bench["failed"] == 0, f"vllm bench serve: {bench['failed']} failed requests"
         assert bench["total_output_tokens"] == p.bench_requests * p.output_len, \
             f"vllm bench serve generated {bench['total_output_tokens']} tokens, expected {p.bench_requests * p.output_len}"
-        s = summarize(result.records, result.duration_s, gpu_busy=result.gpu_busy)
+        s = summarize_run(result)
         return {"round": rnd, "valid": not starved(s.tpot_ms.median, bench["median_tpot_ms"]), "s": s,
                 "bench": bench, "records": result.records}
 

@@ -28,6 +28,9 @@ MIN_SAMPLES = 3  # fewer samples in a window say too little (one period is ~167 
 class BusyWindow:
     fraction: float | None = None
     reason: str | None = None  # why there is no fraction
+    # the busiest GPU's utilization samples (percent) inside the window, even too few for a fraction:
+    # phases too short for a share of their own are pooled by the caller (pooled_share)
+    percents: tuple[int, ...] = ()
 
 
 def _gpu_handles():
@@ -37,13 +40,25 @@ def _gpu_handles():
     return pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
 
 
+def pooled_share(percents) -> float | None:
+    """Mean utilization (0..1) of percent samples, or None for fewer than MIN_SAMPLES. Pure; also what
+    pools the samples of several short windows of one phase into one share (serving.busy_records)."""
+    percents = list(percents)
+    if len(percents) < MIN_SAMPLES:
+        return None
+    return min(1.0, max(0.0, statistics.fmean(percents) / 100.0))
+
+
+def inside(samples: list[tuple[int, int]], start_us: int, end_us: int) -> list[int]:
+    """The percents of the ``(timestamp_us, percent)`` samples stamped inside [start, end]."""
+    return [pct for ts, pct in samples if start_us <= ts <= end_us]
+
+
 def window_share(samples: list[tuple[int, int]], start_us: int, end_us: int) -> tuple[float | None, int]:
     """Mean utilization (0..1) of the ``(timestamp_us, percent)`` samples inside [start, end], and how
     many there were. Pure: the NVML part only fetches the samples."""
-    inside = [pct for ts, pct in samples if start_us <= ts <= end_us]
-    if len(inside) < MIN_SAMPLES:
-        return None, len(inside)
-    return min(1.0, max(0.0, statistics.fmean(inside) / 100.0)), len(inside)
+    got = inside(samples, start_us, end_us)
+    return pooled_share(got), len(got)
 
 
 def _samples(pynvml, handle) -> list[tuple[int, int]]:
@@ -79,7 +94,7 @@ def busy_window() -> Iterator[BusyWindow]:
         yield w
     finally:
         wall1 = time.time_ns() // 1000
-        shares = []
+        per_gpu = []
         try:
             for h, mark in zip(handles, marks):
                 got = _samples(pynvml, h)
@@ -87,11 +102,14 @@ def busy_window() -> Iterator[BusyWindow]:
                     continue
                 start = mark if mark is not None else wall0
                 end = max(ts for ts, _ in got) if mark is not None else wall1
-                share, n = window_share(got, start + 1, end)
-                if share is not None:
-                    shares.append(share)
-            if shares:
-                w.fraction, w.reason = max(shares), None
+                percents = inside(got, start + 1, end)
+                if percents:
+                    per_gpu.append(percents)
+            if per_gpu:  # the busiest GPU: the one serving
+                w.percents = tuple(max(per_gpu, key=statistics.fmean))
+                w.fraction = pooled_share(w.percents)
+            if w.fraction is not None:
+                w.reason = None
             elif w.reason is None:
                 w.reason = f"fewer than {MIN_SAMPLES} NVML utilization samples in the window ({(wall1 - wall0) / 1e6:.2f} s)"
         except Exception as exc:  # noqa: BLE001

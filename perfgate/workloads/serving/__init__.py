@@ -18,10 +18,11 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
+from perfgate.machine import gpu_busy
 from perfgate.workloads.area import Area, Case, Measured, Record
 from perfgate.workloads.serving.decode_command import DecodeCommand
 from perfgate.workloads.serving.serving_metrics import ServingSummary, Slo
-from perfgate.workloads.serving.tiny_model import (LLAMA_1B_STRUCTURE, QWEN3_MOE_GPU_STRUCTURE, TINY_DENSE,
+from perfgate.workloads.serving.tiny_model import (LLAMA_7B_STRUCTURE, QWEN3_MOE_GPU_STRUCTURE, TINY_DENSE,
                                                    TINY_MOE, TinyModelSpec)
 
 
@@ -127,7 +128,8 @@ CPU_PROFILE = ServingProfile(
 
 GPU_PROFILE = ServingProfile(
     name="gpu",
-    dense_model=LLAMA_1B_STRUCTURE,       # what baselines/1xH200 was measured with (docs/serving.md)
+    # device-bound on an H200 (TPOT 1.40x its weight-read bound); the 1.1 B model before it was host-bound
+    dense_model=LLAMA_7B_STRUCTURE,
     moe_model=QWEN3_MOE_GPU_STRUCTURE,
     engine_args=("--max-model-len", "2048", "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log"),
     startup_timeout_s=900.0,
@@ -196,8 +198,13 @@ class LatencyRuns:
 def busy_records(summaries: Sequence[ServingSummary], prefix: str = "") -> tuple[list[Record], dict]:
     """On a GPU: the busy share of each run as a metric of its own, and the ``device_busy`` option
     for the run's timings (their median share): a serving timing the server kept the device busy
-    for (>= 0.9) is a device figure (perfgate.judge), below it the host held the device back."""
+    for (>= 0.9) is a device figure (perfgate.judge), below it the host held the device back.
+    Runs shorter than a few NVML periods have no share of their own: the samples of all of them,
+    pooled, give one share for the phase."""
     busy = [s.gpu_busy for s in summaries if s.gpu_busy is not None]
+    if not busy:  # runs too short for a share each (a GPU sweep's C=16: 0.2 s): their samples pooled
+        pooled = gpu_busy.pooled_share(p for s in summaries for p in s.gpu_busy_samples)
+        busy = [] if pooled is None else [pooled]
     if not busy:
         return [], {}
     return ([Measured(f"{prefix}gpu_busy_fraction", busy, "fraction", "higher")],

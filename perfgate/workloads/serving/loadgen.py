@@ -123,6 +123,7 @@ class LoadResult:
     duration_s: float                 # first send to last end (what throughputs divide by)
     spec_summary: dict
     gpu_busy: float | None = None     # busy share of the busiest GPU while it ran (NVML; None off-GPU)
+    gpu_busy_samples: tuple[int, ...] = ()  # its NVML samples (percent), even too few for a share
 
     @property
     def failed(self) -> int:
@@ -244,7 +245,7 @@ def run_loads_concurrently(specs: Sequence[LoadSpec]) -> list[LoadResult]:
         return await asyncio.gather(*(run_load_async(s) for s in specs))
     with busy_window() as busy, memory_phase(" + ".join(s.describe() for s in specs)):
         results = list(asyncio.run(_all()))
-    return [replace(r, gpu_busy=busy.fraction) for r in results]
+    return [replace(r, gpu_busy=busy.fraction, gpu_busy_samples=busy.percents) for r in results]
 
 
 # ---- workloads -------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ class ServingSummary:
     e2el_ms_values: list[float] = field(repr=False, default_factory=list)
     decode_tok_s_values: list[float] = field(repr=False, default_factory=list)  # 1000 / TPOT per request
     gpu_busy: float | None = None  # the busiest GPU's busy share during the run (perfgate.machine.gpu_busy)
+    gpu_busy_samples: tuple[int, ...] = field(repr=False, default=())  # its NVML samples (percent), even too few
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in (
@@ -104,7 +105,8 @@ def _stats(values: Sequence[float], percentiles: Iterable[float]) -> LatencyStat
 
 
 def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
-              percentiles: Sequence[float] = DEFAULT_PERCENTILES, gpu_busy: float | None = None) -> ServingSummary:
+              percentiles: Sequence[float] = DEFAULT_PERCENTILES, gpu_busy: float | None = None,
+              gpu_busy_samples: Sequence[int] = ()) -> ServingSummary:
     """Records (+ the run's duration, and the GPUs' busy share while it ran, where measured) ->
     latency statistics, throughputs and goodput."""
     if not duration_s > 0 or not math.isfinite(duration_s):
@@ -147,7 +149,13 @@ def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
         goodput_rps=None if slo is None else good / duration_s,
         slo_attainment=None if slo is None else (good / total if total else float("nan")),
         ttft_ms_values=ttft, tpot_ms_values=tpot, e2el_ms_values=e2el, decode_tok_s_values=decode,
-        gpu_busy=gpu_busy)
+        gpu_busy=gpu_busy, gpu_busy_samples=tuple(gpu_busy_samples))
+
+
+def summarize_run(result: Any, slo: Slo | None = None) -> ServingSummary:
+    """:func:`summarize` of one load run (loadgen.LoadResult): its records, duration and busy samples."""
+    return summarize(result.records, result.duration_s, slo=slo, gpu_busy=result.gpu_busy,
+                     gpu_busy_samples=result.gpu_busy_samples)
 
 
 def highest_rate_meeting_slo(attainment_by_rate: Mapping[float, float], min_attainment: float) -> float:
