@@ -447,3 +447,20 @@ def test_names_in_the_review_are_escaped(tmp_path, capsys):
         assert "\\x1b[2J\\u202e" in out
     else:  # a reader that refuses such ids said so in one line
         assert rc == 2 and one_line(err)
+
+
+def test_an_interrupted_run_is_refused_unless_its_finished_tests_are_asked_for(tmp_path, capsys):
+    """A GPU call cut by its time limit saves the tests that finished, marked interrupted (the one cut
+    short is not in the file: tests/test_faults_interrupt.py). Refresh refuses such a file by default
+    and says how to take the finished tests; with --allow-interrupted it writes exactly those."""
+    doc = results_doc()
+    doc["interrupted"] = True
+    r = save(tmp_path / "cut.json", doc)
+    base = tmp_path / "baselines"
+    assert cli.main(["refresh", str(r), "--yes", "--baselines", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert "comes from an interrupted run" in err and "--allow-interrupted" in err
+    assert not base.exists()
+    assert cli.main(["refresh", str(r), "--yes", "--baselines", str(base), "--allow-interrupted"]) == 0
+    stored = json.loads((base / HW / "collectives.json").read_text())["entries"]
+    assert list(stored) == ["perf/collectives/test_c.py::test_x"]

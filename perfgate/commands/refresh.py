@@ -8,7 +8,8 @@ replaces is kept as ``<area>.json.prev``.
 Several results files are pooled (perfgate.store.results.pool), each metric keeping one summary
 per run for the between-run noise model; a gated metric whose run medians disagree beyond
 its tolerance stops the refresh with the runs side by side (``--force`` pools them anyway),
-runs from an uncommitted tree need ``--allow-dirty``, and replacing a baseline of another
+runs from an uncommitted tree need ``--allow-dirty``, an interrupted run ``--allow-interrupted`` (its
+file holds only the tests that finished), and replacing a baseline of another
 workload needs ``--allow-other-workload``: the checks of perfgate.store.baseline_writer, the
 same on every path that writes baselines. A baselines folder that does not exist is created
 only where it is named (``--baselines`` or ``[tool.perfgate]``). Names from the files are
@@ -46,6 +47,9 @@ def register(sub) -> None:
                    help="accept runs measured on a tree with uncommitted changes (commit ends in -dirty-<diff hash>)")
     p.add_argument("--allow-other-workload", action="store_true",
                    help="replace stored baselines that measured another workload (model, engine flags)")
+    p.add_argument("--allow-interrupted", action="store_true",
+                   help="take the finished tests of an interrupted run (a GPU call cut by its time limit): the "
+                        "file holds only tests that ran to the end")
     p.set_defaults(func=run)
 
 
@@ -75,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     names = [str(p) for p in args.results]
     docs = [results_mod.load(p) for p in args.results]
     checks = Checks(allow_dirty=args.allow_dirty, force=args.force, include_tainted=args.include_tainted,
-                    allow_other_workload=args.allow_other_workload)
+                    allow_other_workload=args.allow_other_workload, allow_interrupted=args.allow_interrupted)
     refs = [run_store.run_reference(p, d["hardware_id"]) for p, d in zip(args.results, docs)]
     # the id's committed table judges whether the runs agree (as its sessions will judge them)
     settings = load_settings(args.root, args.baselines, hardware_id=docs[0]["hardware_id"])

@@ -5,7 +5,8 @@
 none of them calls ``BaselineStore.write`` itself. So each refuses the same things, in one
 line naming the file, test and metric, with nothing written:
 
-- results of an interrupted run, of a ``perfgate ab`` comparison, or measured with a test-only
+- results of an interrupted run (unless ``perfgate refresh --allow-interrupted``: its file holds only
+  the tests that finished), of a ``perfgate ab`` comparison, or measured with a test-only
   mutation or slowdown knob on (perfgate.mutations);
 - results measured on a tree with uncommitted changes (commit ``...-dirty-<hash>``), unless
   allowed (``--allow-dirty`` / ``--perf-allow-dirty``);
@@ -59,6 +60,7 @@ class Checks:
     force: bool = False
     include_tainted: bool = False
     allow_other_workload: bool = False
+    allow_interrupted: bool = False  # refresh only: the finished tests of a run cut short
     prefix: str = "--"  # "--perf-" in a pytest session: --perf-allow-dirty
 
     def option(self, name: str) -> str:
@@ -85,8 +87,10 @@ class Plan:
 def check_documents(docs: list[dict], names: list[str], checks: Checks) -> None:
     """The refusals that a results document earns by what it says about its run."""
     for name, d in zip(names, docs):
-        if d.get("interrupted"):
-            raise WriteRefused(f"{name} comes from an interrupted run; re-run to completion before refreshing")
+        if d.get("interrupted") and not checks.allow_interrupted:
+            raise WriteRefused(f"{name} comes from an interrupted run; re-run to completion before refreshing, or "
+                               f"pass {checks.option('allow-interrupted')} to take the tests that finished (the "
+                               f"file holds no other)")
         if d.get(mutations.RESULTS_KEY):
             mark = d[mutations.RESULTS_KEY]
             raise WriteRefused(f"{name} was measured with planted bugs ({mark.get('note') or mark.get('names')}); "

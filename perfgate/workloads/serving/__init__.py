@@ -33,11 +33,13 @@ class BenchBounds:
     ITL and E2EL are instrument figures. TTFT and TPOT split E2EL by when each closed-loop
     client's requests reach the scheduler, a phase pattern of its own (test_vllm_bench_crosscheck's
     docstring): on 2 vCPUs at C=4 TTFT ours/bench read 0.63-1.38 and TPOT, moving the other way,
-    0.93-1.20 per round, with E2EL within 1-6 % and ITL within 2 %. On the H200 at C=16 all four
-    medians stayed within 3 % over five runs on two leases."""
+    0.93-1.20 per round, with E2EL within 1-6 % and ITL within 2 %. On the H200 at C=16 the 1.1 B
+    model's four medians stayed within 3 % over five runs on two leases; the 7.24 B model's split
+    did not (2026-12-02 lease 2: TTFT 0.795, TPOT 1.067, with E2EL 0.990 and ITL 1.001): a step
+    of 5 ms makes the arrival pattern matter. None: recorded (the gaps are metrics), not asserted."""
 
-    ttft: float
-    tpot: float
+    ttft: float | None
+    tpot: float | None
     itl: float
     e2el: float
 
@@ -141,7 +143,7 @@ GPU_PROFILE = ServingProfile(
     long_prefill_len=1024, long_prefill_requests=8, decode_streams=8, decode_stream_output_len=64,
     decode_input_len=32, decode_output_len=256, decode_requests=5,
     bench_requests=256, bench_concurrency=16, bench_rounds=3,
-    bench_bounds=BenchBounds(ttft=0.10, tpot=0.05, itl=0.05, e2el=0.05),
+    bench_bounds=BenchBounds(ttft=None, tpot=None, itl=0.05, e2el=0.05),  # the split: BenchBounds
     eager_concurrency=(1, 8, 32),
     kv_small_blocks=129, kv_concurrency=32, kv_requests=64,  # 16-token GPU blocks: 2 048 tokens + the null block
 )
