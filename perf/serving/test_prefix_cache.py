@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from perfgate.judge.metrics import paired_ratio
+from perfgate.workloads import serving
 from perfgate.workloads.serving.loadgen import run_load, shared_prefix_requests
 from perfgate.workloads.serving.prometheus_counters import PrefixCacheCounters
 from perfgate.workloads.serving.serving_metrics import summarize_run
@@ -79,14 +80,14 @@ def test_prefix_cache_on_vs_off(perf, prefix_cache_servers, record_latency):
                    for ph in ("warm", "cold")})
     ratios.update({f"{n}_warm_vs_cold_rps": paired_ratio(per_rep(n, "warm", rps), per_rep(n, "cold", rps))
                    for n in ("on", "off")})
-    perf.record("warm_rps_on_vs_off", ratios["warm_rps_on_vs_off"], unit="x", better="higher")
-    perf.record("warm_ttft_on_vs_off", ratios["warm_ttft_on_vs_off"], unit="x", better="lower")
-    perf.record("cold_rps_on_vs_off", ratios["cold_rps_on_vs_off"], unit="x", better="higher")
-    perf.record("cold_ttft_on_vs_off", ratios["cold_ttft_on_vs_off"], unit="x", better="lower")
-    perf.record("on_warm_vs_cold_rps", ratios["on_warm_vs_cold_rps"], unit="x", better="higher")
+    perf.record("warm_rps_on_vs_off", ratios["warm_rps_on_vs_off"], unit="x", better="higher", **serving.mix_ratio(p))
+    perf.record("warm_ttft_on_vs_off", ratios["warm_ttft_on_vs_off"], unit="x", better="lower", **serving.mix_ratio(p))
+    perf.record("cold_rps_on_vs_off", ratios["cold_rps_on_vs_off"], unit="x", better="higher", **serving.mix_ratio(p))
+    perf.record("cold_ttft_on_vs_off", ratios["cold_ttft_on_vs_off"], unit="x", better="lower", **serving.mix_ratio(p))
+    perf.record("on_warm_vs_cold_rps", ratios["on_warm_vs_cold_rps"], unit="x", better="higher", **serving.mix_ratio(p))
     # Without a cache, a repeat is no faster than the first pass (seed: 2.99 vs 2.98 req/s):
     # a change here means the "on" gains above are partly engine warm-up.
-    perf.record("off_warm_vs_cold_rps", ratios["off_warm_vs_cold_rps"], unit="x", better="lower")
+    perf.record("off_warm_vs_cold_rps", ratios["off_warm_vs_cold_rps"], unit="x", better="lower", **serving.mix_ratio(p))
     perf.record("server_hit_rate_warm", hit_warm, unit="fraction", better="higher")
     perf.record("server_hit_rate_cold", hit_cold, unit="fraction", better="higher")
     for n in ("on", "off"):

