@@ -96,10 +96,11 @@ def test_refresh_command_refuses_mutated_results(tmp_path):
 
 
 def refresh_args(path: Path, tmp_path: Path):
-    import argparse
+    """`perfgate refresh PATH --yes` as the real parser reads it (every option at its default)."""
+    from perfgate.cli import build_parser
 
-    return argparse.Namespace(results=[path], baselines=tmp_path / "b", root=ROOT, yes=True, include_tainted=False,
-                              allow_dirty=False, force=False, allow_other_workload=False)
+    return build_parser().parse_args(["refresh", str(path), "--yes", "--baselines", str(tmp_path / "b"),
+                                      "--root", str(ROOT)])
 
 
 def test_deterministic_single_sample_metric_can_fail():
