@@ -13,18 +13,20 @@ from perfgate.workloads.area import Case
 from perfgate.workloads.serving.serving_metrics import summarize
 
 
-def test_window_share_means_the_samples_inside_the_window():
+def test_the_share_means_the_samples_inside_the_window():
     samples = [(100, 0), (200, 90), (300, 100), (400, 95), (500, 10)]
-    share, n = gpu_busy.window_share(samples, 150, 450)
+    got = gpu_busy.inside(samples, 150, 450)
+    share, n = gpu_busy.pooled_share(got), len(got)
     assert n == 3 and share == pytest.approx(0.95)
 
 
 def test_too_few_samples_give_no_share():
-    assert gpu_busy.window_share([(100, 50), (200, 50)], 0, 1000) == (None, 2)
+    got = gpu_busy.inside([(100, 50), (200, 50)], 0, 1000)
+    assert (gpu_busy.pooled_share(got), len(got)) == (None, 2)
 
 
 def test_shares_stay_in_range_whatever_nvml_reports():
-    assert gpu_busy.window_share([(1, 250), (2, 250), (3, 250)], 0, 10)[0] == 1.0
+    assert gpu_busy.pooled_share(gpu_busy.inside([(1, 250), (2, 250), (3, 250)], 0, 10)) == 1.0
 
 
 def test_without_a_gpu_the_window_gives_no_figure_and_says_why():
@@ -39,7 +41,7 @@ def test_without_a_gpu_the_window_gives_no_figure_and_says_why():
 def _summary(busy):
     records = [{"error": None, "send_s": 0.0, "first_chunk_s": 0.05, "chunk_s": [0.05, 0.06, 0.07],
                 "end_s": 0.07, "prompt_tokens": 8, "output_tokens": 3}]
-    return summarize(records, 0.07, gpu_busy=busy)
+    return summarize(records, 0.07, gpu_busy_samples=() if busy is None else (round(busy * 100),) * 3)
 
 
 def test_the_reduce_carries_the_busy_share_beside_the_timings():
@@ -65,7 +67,7 @@ def test_runs_too_short_for_a_share_pool_their_samples():
     def short(percents):
         records = [{"error": None, "send_s": 0.0, "first_chunk_s": 0.05, "chunk_s": [0.05, 0.06, 0.07],
                     "end_s": 0.07, "prompt_tokens": 8, "output_tokens": 3}]
-        return summarize(records, 0.07, gpu_busy=gpu_busy.pooled_share(percents), gpu_busy_samples=percents)
+        return summarize(records, 0.07, gpu_busy_samples=percents)
 
     case = Case("gpu", serving.GPU_PROFILE, ("1gpu", "vllm"))
     got = {r.name: r for r in serving.AREA.reduce(case, serving.LatencyRuns([short((96,)), short((90,)),

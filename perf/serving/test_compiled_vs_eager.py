@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.workloads import serving
-
 from perfgate.judge.metrics import paired_ratio
+from perfgate.workloads import serving
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.prometheus_counters import DecodeCounters
 from perfgate.workloads.serving.serving_metrics import summarize_run
@@ -85,16 +84,17 @@ def test_compiled_vs_eager(perf, compiled_and_eager_servers):
     def per_rep(name: str, c: int, figure) -> list[float]:
         return [figure(r["summaries"][name, c]) for r in kept]
 
+    mix = serving.mix_ratio(p)
     for c in levels:
         tok_s = {n: per_rep(n, c, lambda x: x["summary"].output_throughput_tok_s) for n in SERVERS}
         tpot = {n: per_rep(n, c, lambda x: x["summary"].tpot_ms.median) for n in SERVERS}
         decode = {n: per_rep(n, c, lambda x: 1e3 / x["engine_tpot_ms"]) for n in SERVERS}  # per stream
         perf.record(f"c{c}_output_tok_s_compiled_vs_eager", paired_ratio(tok_s["compiled"], tok_s["eager"]),
-                    unit="x", better="higher", **serving.mix_ratio(p))
+                    unit="x", better="higher", **mix)
         perf.record(f"c{c}_engine_decode_tok_s_compiled_vs_eager", paired_ratio(decode["compiled"], decode["eager"]),
-                    unit="x", better="higher", **serving.mix_ratio(p))
+                    unit="x", better="higher", **mix)
         perf.record(f"c{c}_tpot_compiled_vs_eager", paired_ratio(tpot["compiled"], tpot["eager"]),
-                    unit="x", better="lower", **serving.mix_ratio(p))
+                    unit="x", better="lower", **mix)
         for n in SERVERS:
             perf.record(f"c{c}_output_tok_s_{n}", tok_s[n], unit="tok/s", better="higher")
             perf.record(f"c{c}_engine_decode_tok_s_{n}", decode[n], unit="tok/s", better="higher")

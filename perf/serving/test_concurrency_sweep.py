@@ -21,10 +21,9 @@ import statistics
 
 import pytest
 
-from perfgate.workloads import serving
-
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.judge.metrics import paired_ratio
+from perfgate.workloads import serving
 from perfgate.workloads.serving.prometheus_counters import StepCounters
 from perfgate.workloads.serving.serving_metrics import summarize_run
 from perfgate.workloads.serving.starvation import skip_reason, starved, unstarved_runs
@@ -76,12 +75,13 @@ def test_concurrency_sweep(perf, vllm_dense, record_latency, concurrency):
         # C=1 by construction, so recorded only above it); a server that stops batching reads 1.0.
         # Machine drift does not move it; a starved client does (module docstring), and those
         # repetitions are not here.
+        mix = serving.mix_ratio(p)
         perf.record("generated_tokens_per_step", [r["per_step"] for r in kept], unit="x", better="higher")
         perf.record("output_tok_s_vs_c1", paired_ratio([s.output_throughput_tok_s for s in at_c],
                                                        [s.output_throughput_tok_s for s in at_1]),
-                    unit="x", better="higher", **serving.mix_ratio(p))
+                    unit="x", better="higher", **mix)
         perf.record("tpot_vs_c1", paired_ratio([c.tpot_ms.median for c in at_c], [r.tpot_ms.median for r in at_1]),
-                    unit="x", better="lower", **serving.mix_ratio(p))
+                    unit="x", better="lower", **mix)
     perf.attach("starved_reps", len(every) - len(kept))
     perf.attach("requests", raw)
     perf.attach("workload", {"input_len": p.input_len, "output_len": p.output_len, "concurrency": concurrency,

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.workloads import serving
-
 from perfgate.judge.metrics import paired_ratio
+from perfgate.workloads import serving
 from perfgate.workloads.serving.loadgen import random_requests, run_load
 from perfgate.workloads.serving.prometheus_counters import preemptions
 from perfgate.workloads.serving.serving_metrics import summarize_run
@@ -84,12 +83,13 @@ def test_small_kv_cache_preempts(perf, small_kv_servers):
     tok_s = {n: per_rep(n, lambda s: s.output_throughput_tok_s) for n in SERVERS}
     ttft = {n: per_rep(n, lambda s: s.ttft_ms.median) for n in SERVERS}
     tpot = {n: per_rep(n, lambda s: s.tpot_ms.median) for n in SERVERS}
+    mix = serving.mix_ratio(p)
     perf.record("output_tok_s_small_vs_default", paired_ratio(tok_s["small"], tok_s["default"]), unit="x",
-                better="higher", **serving.mix_ratio(p))
+                better="higher", **mix)
     perf.record("ttft_small_vs_default", paired_ratio(ttft["small"], ttft["default"]), unit="x", better="lower",
-                **serving.mix_ratio(p))
+                **mix)
     perf.record("tpot_small_vs_default", paired_ratio(tpot["small"], tpot["default"]), unit="x", better="lower",
-                **serving.mix_ratio(p))
+                **mix)
     for n in SERVERS:
         perf.record(f"output_tok_s_{n}", tok_s[n], unit="tok/s", better="higher")
         perf.record(f"ttft_ms_{n}", ttft[n], unit="ms", better="lower")

@@ -46,9 +46,10 @@ def test_long_prefill_interference(perf, vllm_dense, record_latency):
         raw.append({"rep": rep, "alone": [r.to_dict() for r in a.records], "mixed": [r.to_dict() for r in d.records],
                     "long_prefill": [r.to_dict() for r in lp.records], "prefill_rate_rps": rate})
 
+    mix = serving.mix_ratio(p)
     perf.record("decode_e2el_with_vs_without_prefill", paired_ratio([m.e2el_ms.median for m in mixed],
                                                                     [a.e2el_ms.median for a in alone]),
-                unit="x", better="lower", **serving.mix_ratio(p))
+                unit="x", better="lower", **mix)
     # TPOT and chunk gaps are 0 when a whole answer arrives in one read: on 2 cores the API
     # server and the client share one core with the engine's scheduler and are sometimes not
     # run for ~100 ms. Such repetitions say nothing about interference and are left out of
@@ -60,10 +61,10 @@ def test_long_prefill_interference(perf, vllm_dense, record_latency):
                        [a.itl_ms.percentiles["p99"] for _, a in chunked])
     perf.attach("burst_repetitions", {"tpot_ratio_left_out": p.reps - len(tpot), "itl_ratio_left_out": p.reps - len(itl)})
     if tpot:
-        perf.record("decode_tpot_with_vs_without_prefill", tpot, unit="x", better="lower", **serving.mix_ratio(p))
+        perf.record("decode_tpot_with_vs_without_prefill", tpot, unit="x", better="lower", **mix)
     if itl:
         perf.record("decode_itl_p99_with_vs_without_prefill", itl, unit="x", better="lower",
-                    **serving.mix_ratio(p))
+                    **mix)
     record_latency(perf, alone, prefix="decode_alone_")
     record_latency(perf, mixed, prefix="decode_with_prefill_")
     perf.record("long_prefill_ttft_ms", [v for s in prefill for v in s.ttft_ms_values], unit="ms", better="lower")

@@ -26,11 +26,15 @@ MIN_SAMPLES = 3  # fewer samples in a window say too little (one period is ~167 
 
 @dataclass
 class BusyWindow:
-    fraction: float | None = None
-    reason: str | None = None  # why there is no fraction
     # the busiest GPU's utilization samples (percent) inside the window, even too few for a fraction:
     # phases too short for a share of their own are pooled by the caller (pooled_share)
     percents: tuple[int, ...] = ()
+    reason: str | None = None  # why there is no fraction
+
+    @property
+    def fraction(self) -> float | None:
+        """The window's busy share, or None for fewer than MIN_SAMPLES samples."""
+        return pooled_share(self.percents)
 
 
 def _gpu_handles():
@@ -50,15 +54,9 @@ def pooled_share(percents) -> float | None:
 
 
 def inside(samples: list[tuple[int, int]], start_us: int, end_us: int) -> list[int]:
-    """The percents of the ``(timestamp_us, percent)`` samples stamped inside [start, end]."""
+    """The percents of the ``(timestamp_us, percent)`` samples stamped inside [start, end]. Pure: the
+    NVML part only fetches the samples."""
     return [pct for ts, pct in samples if start_us <= ts <= end_us]
-
-
-def window_share(samples: list[tuple[int, int]], start_us: int, end_us: int) -> tuple[float | None, int]:
-    """Mean utilization (0..1) of the ``(timestamp_us, percent)`` samples inside [start, end], and how
-    many there were. Pure: the NVML part only fetches the samples."""
-    got = inside(samples, start_us, end_us)
-    return pooled_share(got), len(got)
 
 
 def _samples(pynvml, handle) -> list[tuple[int, int]]:
@@ -107,7 +105,6 @@ def busy_window() -> Iterator[BusyWindow]:
                     per_gpu.append(percents)
             if per_gpu:  # the busiest GPU: the one serving
                 w.percents = tuple(max(per_gpu, key=statistics.fmean))
-                w.fraction = pooled_share(w.percents)
             if w.fraction is not None:
                 w.reason = None
             elif w.reason is None:

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from perfgate.machine.gpu_busy import busy_window
+from perfgate.machine.gpu_busy import busy_window, pooled_share
 from perfgate.workloads.serving.server_memory import memory_phase
 
 
@@ -122,8 +122,12 @@ class LoadResult:
     records: list[RequestRecord]
     duration_s: float                 # first send to last end (what throughputs divide by)
     spec_summary: dict
-    gpu_busy: float | None = None     # busy share of the busiest GPU while it ran (NVML; None off-GPU)
-    gpu_busy_samples: tuple[int, ...] = ()  # its NVML samples (percent), even too few for a share
+    gpu_busy_samples: tuple[int, ...] = ()  # the busiest GPU's NVML samples (percent) while it ran; () off-GPU
+
+    @property
+    def gpu_busy(self) -> float | None:
+        """Busy share of the busiest GPU while it ran, or None (off-GPU, or too few samples)."""
+        return pooled_share(self.gpu_busy_samples)
 
     @property
     def failed(self) -> int:
@@ -245,7 +249,7 @@ def run_loads_concurrently(specs: Sequence[LoadSpec]) -> list[LoadResult]:
         return await asyncio.gather(*(run_load_async(s) for s in specs))
     with busy_window() as busy, memory_phase(" + ".join(s.describe() for s in specs)):
         results = list(asyncio.run(_all()))
-    return [replace(r, gpu_busy=busy.fraction, gpu_busy_samples=busy.percents) for r in results]
+    return [replace(r, gpu_busy_samples=busy.percents) for r in results]
 
 
 # ---- workloads -------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from perfgate.machine.gpu_busy import pooled_share
+
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 
 
@@ -78,8 +80,13 @@ class ServingSummary:
     tpot_ms_values: list[float] = field(repr=False, default_factory=list)
     e2el_ms_values: list[float] = field(repr=False, default_factory=list)
     decode_tok_s_values: list[float] = field(repr=False, default_factory=list)  # 1000 / TPOT per request
-    gpu_busy: float | None = None  # the busiest GPU's busy share during the run (perfgate.machine.gpu_busy)
-    gpu_busy_samples: tuple[int, ...] = field(repr=False, default=())  # its NVML samples (percent), even too few
+    # the busiest GPU's NVML samples (percent) during the run, even too few for a share (perfgate.machine.gpu_busy)
+    gpu_busy_samples: tuple[int, ...] = field(repr=False, default=())
+
+    @property
+    def gpu_busy(self) -> float | None:
+        """The busiest GPU's busy share during the run, or None (off-GPU, or too few samples)."""
+        return pooled_share(self.gpu_busy_samples)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in (
@@ -105,9 +112,8 @@ def _stats(values: Sequence[float], percentiles: Iterable[float]) -> LatencyStat
 
 
 def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
-              percentiles: Sequence[float] = DEFAULT_PERCENTILES, gpu_busy: float | None = None,
-              gpu_busy_samples: Sequence[int] = ()) -> ServingSummary:
-    """Records (+ the run's duration, and the GPUs' busy share while it ran, where measured) ->
+              percentiles: Sequence[float] = DEFAULT_PERCENTILES, gpu_busy_samples: Sequence[int] = ()) -> ServingSummary:
+    """Records (+ the run's duration, and the GPUs' utilization samples while it ran, where measured) ->
     latency statistics, throughputs and goodput."""
     if not duration_s > 0 or not math.isfinite(duration_s):
         raise ValueError(f"duration_s must be a positive finite number of seconds, got {duration_s}")
@@ -149,13 +155,12 @@ def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
         goodput_rps=None if slo is None else good / duration_s,
         slo_attainment=None if slo is None else (good / total if total else float("nan")),
         ttft_ms_values=ttft, tpot_ms_values=tpot, e2el_ms_values=e2el, decode_tok_s_values=decode,
-        gpu_busy=gpu_busy, gpu_busy_samples=tuple(gpu_busy_samples))
+        gpu_busy_samples=tuple(gpu_busy_samples))
 
 
 def summarize_run(result: Any, slo: Slo | None = None) -> ServingSummary:
     """:func:`summarize` of one load run (loadgen.LoadResult): its records, duration and busy samples."""
-    return summarize(result.records, result.duration_s, slo=slo, gpu_busy=result.gpu_busy,
-                     gpu_busy_samples=result.gpu_busy_samples)
+    return summarize(result.records, result.duration_s, slo=slo, gpu_busy_samples=result.gpu_busy_samples)
 
 
 def highest_rate_meeting_slo(attainment_by_rate: Mapping[float, float], min_attainment: float) -> float:
