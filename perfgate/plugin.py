@@ -42,6 +42,7 @@ from perfgate.store.baselines import BaselineError
 from perfgate.store.readers import ReadError
 from perfgate.store.results import MetricResult
 from perfgate.store.safe_paths import PathError
+from perfgate.workloads.area import Case
 
 _STATE = pytest.StashKey[PerfState]()
 _PROP = "perfgate.store.results"
@@ -287,6 +288,10 @@ class _Collector:
 
     @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.config.stash[_STATE].runs.selected_cases = tuple(
+            item.callspec.params["case"].values for item in session.items
+            if isinstance(getattr(getattr(item, "callspec", None), "params", {}).get("case"), Case)
+            and item.get_closest_marker("skip") is None)  # a skipped test reads nothing
         if not hasattr(self.config, "workerinput") and session.items:
             self.config.stash[_STATE].progress.start(len(session.items))
 

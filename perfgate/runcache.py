@@ -11,6 +11,11 @@ it does, it calls :meth:`RunCache.invalidate` for that test, which drops exactly
 the test read, so the re-run produces fresh samples for them (and only them); tests that run
 later read the fresh entries too. No test needs to know whether it is being re-measured.
 
+Selection: after collection the plugin hands over the ``case`` values of the tests this
+session will run (:attr:`RunCache.selected_cases`); an area may narrow a batch to what they
+read, so that ``pytest -k 'one case'`` launches that case and not its whole job. ``None``
+(not known, e.g. a test that builds its own cache) keeps the whole batch.
+
 Taint: each producer call runs in a window of the session's LoadWatch (perfgate.machine.
 load_watch), and the reasons found there (a foreign job busy while the launch measured) stay
 with the entries it made; :meth:`RunCache.taint_of` gives a test the reasons of every entry
@@ -35,6 +40,7 @@ class RunCache:
         self._used: dict[str, set[Hashable]] = {}
         self._test: str | None = None
         self.produced = 0  # calls of a producer: how many launches the session paid for
+        self.selected_cases: tuple | None = None  # the selected tests' ``case`` values; None: not known
 
     def begin(self, test_id: str | None) -> None:
         """The plugin says which test runs now, so reads are charged to it."""

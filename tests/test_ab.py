@@ -196,3 +196,24 @@ def test_power_refuses_bad_options(capsys):
     assert "above 1" in capsys.readouterr().err
     assert main(["power", "perf/", "--repeats", "3"]) == 2
     assert "perfgate power" in capsys.readouterr().err
+
+
+def test_power_sets_a_graded_mutation_on_its_own_scale():
+    """1.05 is 5 % more: a multiplier knob reads 1.05, an extra-work knob (neutral 0) reads 0.05."""
+    from perfgate.cli import build_parser
+    from perfgate.commands import power
+    from perfgate.mutations import ENV
+
+    def env(*argv, factor=1.05):
+        return power.knob_env(build_parser().parse_args(["power", *argv, "--", "perf/"]), factor)
+
+    assert env("--mutation", "gpu_step_slowdown") == {ENV: "gpu_step_slowdown:0.05"}
+    assert env("--mutation", "collective_slowdown", factor=1.1) == {ENV: "collective_slowdown:1.1"}
+    assert env() == {"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "1.05"}
+    with pytest.raises(ValueError, match="graded ones: .*gpu_step_slowdown"):
+        env("--mutation", "ddp_no_overlap")
+
+
+def test_power_refuses_a_mutation_that_is_not_graded(capsys):
+    assert main(["power", "--mutation", "fsdp_root_wrap", "--", "perf/"]) == 2
+    assert "not a graded mutation" in capsys.readouterr().err

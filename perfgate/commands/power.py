@@ -7,8 +7,14 @@ each injected slowdown of a test-only knob (default PERFGATE_TEST_COLLECTIVE_SLO
 as a regression, with the mean measured change (the true effect of the knob on this machine,
 which on a busy one is not exactly the nominal one).
 
+``--mutation NAME`` takes a graded knob of the registry (perfgate.mutations) instead of a
+variable: a slowdown factor k becomes ``PERFGATE_TEST_MUTATION=NAME:<k on the knob's scale>``
+(``gpu_step_slowdown`` counts extra work from 0, so 1.05 is ``gpu_step_slowdown:0.05``).
+
 Costly by design: repeats x (1 + slowdowns) x rounds x 2 pytest runs. Run it on a quiet
-machine, and keep the selection small.
+machine, and keep the selection small. Nothing measured is lost to a time limit: ``--save`` is
+rewritten after every A/B (``"complete": false`` until the last), and ``--keep`` keeps every
+round's results document, one folder per repeat and condition.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+from perfgate import mutations
 from perfgate.judge import ab_stats
 from perfgate.commands import ab as ab_cmd
 from perfgate.report.run_report import short_id
@@ -27,21 +34,26 @@ from perfgate.report.textable import Column, render, stdout_width
 from perfgate.store.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
-_OWN_OPTIONS = {"--knob", "--slowdowns", "--repeats", "--rounds", "--threshold", "--confidence",
+_OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--rounds", "--threshold", "--confidence",
                 "--save", "--root", "--hardware-id"}
 
 
 def register(sub) -> None:
     p = sub.add_parser("power", help="false-alarm and detection rates of `perfgate ab` with injected slowdowns",
                        description="perfgate power [options] [--] PYTEST_ARGS (options go before the tests)")
-    p.add_argument("--knob", default=DEFAULT_KNOB, help=f"environment variable of the slowdown (default {DEFAULT_KNOB})")
+    knob = p.add_mutually_exclusive_group()
+    knob.add_argument("--knob", default=DEFAULT_KNOB,
+                      help=f"environment variable of the slowdown, set to the factor (default {DEFAULT_KNOB})")
+    knob.add_argument("--mutation", help="a graded test-only mutation instead (perfgate.mutations), e.g. "
+                      "gpu_step_slowdown: factor 1.05 sets PERFGATE_TEST_MUTATION=gpu_step_slowdown:0.05")
     p.add_argument("--slowdowns", default="1.05,1.1,1.25", help="comma-separated factors (default 1.05,1.1,1.25)")
     p.add_argument("--repeats", type=int, default=5, help="A/B runs per condition (default 5)")
     p.add_argument("--rounds", type=int, default=8, help=f"rounds per A/B (default 8): even, at least "
                    f"{ab_stats.MIN_ROUNDS + ab_stats.MIN_ROUNDS % 2}, as in `perfgate ab`")
     p.add_argument("--threshold", type=float, default=ab_stats.DEFAULT_THRESHOLD, help="as in `perfgate ab`")
     p.add_argument("--confidence", type=float, default=ab_stats.DEFAULT_CONFIDENCE, help="as in `perfgate ab`")
-    p.add_argument("--save", type=Path, help="write the counts as JSON here")
+    p.add_argument("--save", type=Path, help="write the counts as JSON here (rewritten after every A/B)")
+    p.add_argument("--keep", type=Path, help="keep every round's results JSON under this folder")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="tests and pytest options")
@@ -87,6 +99,36 @@ def parse_slowdowns(text: str) -> list[float]:
     return values
 
 
+def knob_env(args: argparse.Namespace, factor: float) -> dict[str, str]:
+    """The environment of B for one slowdown factor (> 1, the nominal cost)."""
+    if not args.mutation:
+        return {args.knob: f"{factor:g}"}
+    m = mutations.MUTATIONS.get(args.mutation)
+    if m is None or not m.graded:
+        graded = ", ".join(sorted(n for n, x in mutations.MUTATIONS.items() if x.graded))
+        raise ValueError(f"--mutation {args.mutation!r}: not a graded mutation; graded ones: {graded}")
+    # the knob's own scale: neutral 1 (a multiplier) keeps k, neutral 0 (extra work) takes k - 1
+    value = round(factor - 1 + m.neutral_factor, 6)
+    if not value < m.max_factor:
+        raise ValueError(f"--slowdowns: {factor:g} is beyond {m.name}'s range (< {m.max_factor:g})")
+    return {mutations.ENV: f"{m.name}:{value:g}"}
+
+
+def _document(args, pytest_args, conditions, counts, done: int, total: int) -> dict:
+    return {"repeats": args.repeats, "rounds": args.rounds, "threshold": args.threshold,
+            "knob": args.mutation or args.knob, "conditions": conditions, "pytest_args": pytest_args,
+            "ab_runs_done": done, "ab_runs_planned": total, "complete": done == total,
+            "metrics": [{"test_id": test, "metric": metric,
+                         **{cond: {"regressions": c.regressions, "runs": c.runs, "mean_change": c.mean_change}
+                            for cond, c in by_cond.items()}} for (test, metric), by_cond in sorted(counts.items())]}
+
+
+def _write(path: Path, doc: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    tmp.replace(path)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
@@ -98,15 +140,22 @@ def run(args: argparse.Namespace) -> int:
     pytest_args = ab_cmd.split_args(list(args.pytest_args), _OWN_OPTIONS, "power")
     root = args.root.resolve()
     python = sys.executable
-    conditions = {"A = A": {}} | {f"x{k:g}": {args.knob: f"{k:g}"} for k in slowdowns}
+    conditions = {"A = A": {}} | {f"x{k:g}": knob_env(args, k) for k in slowdowns}
     per_condition: dict[str, list[list[MetricResult]]] = {c: [] for c in conditions}
+    total, done = args.repeats * len(conditions), 0
     for rep in range(args.repeats):
         for cond, env in conditions.items():
-            print(f"repeat {rep + 1}/{args.repeats}, {cond}:", file=sys.stderr)
+            shown = " ".join(f"{k}={v}" for k, v in env.items()) or "B = A"
+            print(f"repeat {rep + 1}/{args.repeats}, {cond} ({shown}), A/B {done + 1}/{total}:", file=sys.stderr)
+            keep = args.keep / f"repeat{rep + 1}-{'AeqA' if not env else cond}" if args.keep else None
             docs, _ = ab_cmd.measure({"a": (python, {}), "b": (python, env)}, args.rounds, pytest_args, root=root,
-                                     hardware_id=args.hardware_id)
+                                     hardware_id=args.hardware_id, keep=keep)
             per_condition[cond].append(ab_cmd.compare(docs["a"], docs["b"], threshold=args.threshold,
                                                       confidence=args.confidence, rerun=""))
+            done += 1
+            if args.save:
+                _write(args.save, _document(args, pytest_args, {c: e for c, e in conditions.items()},
+                                            tally(per_condition), done, total))
     counts = tally(per_condition)
     columns = [Column("test", fold=True, group=True), Column("metric", fold=True),
                *(Column("false alarms" if cond == "A = A" else f"detected {cond}", "right") for cond in conditions)]
@@ -123,12 +172,5 @@ def run(args: argparse.Namespace) -> int:
         print(line.text)
     print("cells: regression verdicts / A/B runs (mean measured worsening of B against A)")
     if args.save:
-        args.save.write_text(json.dumps({
-            "repeats": args.repeats, "rounds": args.rounds, "threshold": args.threshold, "knob": args.knob,
-            "pytest_args": pytest_args,
-            "metrics": [{"test_id": test, "metric": metric,
-                         **{cond: {"regressions": c.regressions, "runs": c.runs, "mean_change": c.mean_change}
-                            for cond, c in by_cond.items()}} for (test, metric), by_cond in sorted(counts.items())]},
-            indent=1))
         print(f"saved {args.save}")
     return 0

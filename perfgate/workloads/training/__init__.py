@@ -106,16 +106,47 @@ def by_case(per_rank) -> dict[str, PerRank]:
     return out
 
 
+def _with_references(engine: str, j, labels) -> tuple[str, ...]:
+    """FSDP modes come with the DDP mode they are compared with (same reduce dtype)."""
+    if engine != "fsdp":
+        return tuple(dict.fromkeys(labels))
+    return tuple(dict.fromkeys(x for label in labels for x in (label, j.mode(label).reference.label)))
+
+
+def launches_read(c: TrainingCase) -> list[tuple[int, tuple[str, ...]]]:
+    """(world size, job case labels) of each launch whose results ``c`` reads, in the order
+    :func:`measure` asks: its world-1 reference first when that is a launch of its own."""
+    out = []
+    if c.reference_world1 and not c.profile.reference_in_launch:
+        out.append((1, (c.label,)))
+    in_launch = (world1(c.label),) if c.reference_world1 and c.profile.reference_in_launch else ()
+    out.append((c.world, tuple(dict.fromkeys((c.label, *c.reads, *in_launch)))))
+    return out
+
+
+def batch_labels(runs: RunCache, engine: str, profile: plans.Profile, world: int, j) -> list[str]:
+    """What one launch of job ``j`` measures: the cases the session's selected tests read, in job
+    order (every case when the selection is not known). A session of one selected case launches
+    that case, not its whole job: on the GPU a 1.3 B job of four micro-batches takes ~90 s."""
+    everything = _labels(engine, j)
+    if runs.selected_cases is None:
+        return everything
+    wanted = {label for c in runs.selected_cases if isinstance(c, TrainingCase)
+              and (c.engine, c.profile.name) == (engine, profile.name)
+              for w, labels in launches_read(c) if w == world for label in labels}
+    wanted = set(_with_references(engine, j, [x for x in everything if x in wanted]))
+    return [x for x in everything if x in wanted]
+
+
 def results(runs: RunCache, engine: str, profile: plans.Profile, world: int, *labels: str) -> dict[str, PerRank]:
     """The raw per-rank results of the cases ``labels`` of the (engine, profile, world) job.
 
-    The first ask launches every case of the job at once; after a re-measurement dropped some
-    entries, only those cases are launched again. FSDP modes come with the DDP mode they are
-    compared with (same reduce dtype).
+    The first ask launches every case of the job the session's selected tests read at once
+    (:func:`batch_labels`); after a re-measurement dropped some entries, only those cases are
+    launched again. FSDP modes come with the DDP mode they are compared with (same reduce dtype).
     """
     j = job(engine, profile, world)  # validated here, before any rank starts
-    if engine == "fsdp":
-        labels = tuple(dict.fromkeys(x for label in labels for x in (label, j.mode(label).reference.label)))
+    labels = _with_references(engine, j, labels)
 
     def key(label):
         return ("training", engine, profile.name, world, label)
@@ -123,7 +154,8 @@ def results(runs: RunCache, engine: str, profile: plans.Profile, world: int, *la
     def produce(missing):
         got = launch_job(engine, profile, j.only([k[-1] for k in missing]))
         return {key(label): per_rank for label, per_rank in got.items()}
-    values = runs.get_many([key(label) for label in labels], produce, batch=[key(x) for x in _labels(engine, j)])
+    values = runs.get_many([key(label) for label in labels], produce,
+                           batch=[key(x) for x in batch_labels(runs, engine, profile, world, j)])
     return dict(zip(labels, values))
 
 
@@ -133,10 +165,11 @@ def measure(runs: RunCache, case: Case) -> TrainingRaw:
     world-1 launch of its own."""
     c: TrainingCase = case.values
     got: dict[str, PerRank] = {}
-    if c.reference_world1 and not c.profile.reference_in_launch:
-        got[world1(c.label)] = results(runs, c.engine, c.profile, 1, c.label)[c.label]
-    labels = (c.label, *c.reads) + ((world1(c.label),) if c.reference_world1 and c.profile.reference_in_launch else ())
-    got.update(results(runs, c.engine, c.profile, c.world, *dict.fromkeys(labels)))
+    for world, labels in launches_read(c):
+        if world != c.world:
+            got[world1(c.label)] = results(runs, c.engine, c.profile, world, *labels)[c.label]
+        else:
+            got.update(results(runs, c.engine, c.profile, world, *labels))
     return got
 
 
