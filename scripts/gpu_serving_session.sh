@@ -12,7 +12,9 @@
 #   env: TRACE=1 (log every import, for scripts/vllm_import_trace.py), LIMIT_S (default 570:
 #        seconds this script may take in all), PYTEST_K (a pytest -k expression), PYTEST_ARGS
 #        (extra pytest arguments, split on spaces), DENSE (dense-7b, the profile's model, or
-#        dense-1b, the 1.1 B model it replaced: the dense model dir)
+#        dense-1b, the 1.1 B model it replaced: the dense model dir), PERFGATE_GIT_COMMIT (the
+#        commit to record where the machine's .git is not the tree's: a device copy can carry the
+#        .git of an earlier commit under a newer tree)
 # The whole selection does not fit one 600 s call (the dense tests take ~470 s with their
 # server starts, the MoE case ~100-130 s more): run it as two calls on one warm machine,
 #   PYTEST_K="not moe" scripts/gpu_serving_session.sh run1

@@ -67,10 +67,14 @@ class Tally:
     regressions: int = 0
     runs: int = 0
     changes: list[float] = field(default_factory=list)
+    outcomes: list[str] = field(default_factory=list)  # each A/B's verdict, in order
+    intervals: list[list[float] | None] = field(default_factory=list)  # each A/B's worsening interval
 
     def add(self, r: MetricResult) -> None:
         self.runs += 1
         self.regressions += r.outcome == "regression"
+        self.outcomes.append(r.outcome)
+        self.intervals.append(r.verdict.get("change_ci"))
         if r.verdict.get("change") is not None:
             self.changes.append(float(r.verdict["change"]))
 
@@ -119,7 +123,8 @@ def _document(args, pytest_args, conditions, counts, done: int, total: int) -> d
             "knob": args.mutation or args.knob, "conditions": conditions, "pytest_args": pytest_args,
             "ab_runs_done": done, "ab_runs_planned": total, "complete": done == total,
             "metrics": [{"test_id": test, "metric": metric,
-                         **{cond: {"regressions": c.regressions, "runs": c.runs, "mean_change": c.mean_change}
+                         **{cond: {"regressions": c.regressions, "runs": c.runs, "mean_change": c.mean_change,
+                                   "changes": c.changes, "outcomes": c.outcomes, "intervals": c.intervals}
                             for cond, c in by_cond.items()}} for (test, metric), by_cond in sorted(counts.items())]}
 
 

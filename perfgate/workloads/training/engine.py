@@ -267,16 +267,20 @@ def run_cases(builders: list[Callable[[], BuiltCase]], schedule, device: torch.d
     results: list[CaseResult] = []
     if not interleave:
         for build in builders:
+            t0 = time.perf_counter()
             case = build()
-            phase(f"{case.result.label}: warm-up")
-            _warmup(case, schedule, device)
-            phase(f"{case.result.label}: timed steps")
-            for _ in range(schedule.measured_steps):
-                _timed_step(case, device)
-            phase(f"{case.result.label}: device-profiled steps")
-            _profiled_steps(case, schedule, device)
-            phase(f"{case.result.label}: memory-tracked steps")
-            _tracked_steps(case, schedule, device)
+            # where a case's wall time goes (attached with its info): a one-case session on the
+            # H200 took 32 s for ~4 s of timed steps, and `perfgate ab` pays that per round
+            spent = case.result.info.setdefault("phase_s", {"build": time.perf_counter() - t0})
+            for name, text, run in (
+                    ("warmup", "warm-up", lambda: _warmup(case, schedule, device)),
+                    ("timed", "timed steps", lambda: [_timed_step(case, device) for _ in range(schedule.measured_steps)]),
+                    ("profiled", "device-profiled steps", lambda: _profiled_steps(case, schedule, device)),
+                    ("tracked", "memory-tracked steps", lambda: _tracked_steps(case, schedule, device))):
+                phase(f"{case.result.label}: {text}")
+                t0 = time.perf_counter()
+                run()
+                spent[name] = time.perf_counter() - t0
             if case.active:
                 results.append(case.result)
             del case
