@@ -19,7 +19,6 @@ round's results document, one folder per repeat and condition.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from perfgate.judge import ab_stats
 from perfgate.commands import ab as ab_cmd
 from perfgate.report.run_report import short_id
 from perfgate.report.textable import Column, render, stdout_width
+from perfgate.store.atomic import write_json_atomic
 from perfgate.store.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
@@ -128,12 +128,6 @@ def _document(args, pytest_args, conditions, counts, done: int, total: int) -> d
                             for cond, c in by_cond.items()}} for (test, metric), by_cond in sorted(counts.items())]}
 
 
-def _write(path: Path, doc: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    tmp.replace(path)
-
-
 def run(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
@@ -159,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
                                                       confidence=args.confidence, rerun=""))
             done += 1
             if args.save:
-                _write(args.save, _document(args, pytest_args, {c: e for c, e in conditions.items()},
-                                            tally(per_condition), done, total))
+                write_json_atomic(args.save, _document(args, pytest_args, conditions, tally(per_condition),
+                                                       done, total))
     counts = tally(per_condition)
     columns = [Column("test", fold=True, group=True), Column("metric", fold=True),
                *(Column("false alarms" if cond == "A = A" else f"detected {cond}", "right") for cond in conditions)]
