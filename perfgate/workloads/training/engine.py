@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -224,6 +225,37 @@ def _timed_step(case: BuiltCase, device: torch.device) -> None:
     res.losses.append(loss)
 
 
+@contextmanager
+def _grad_hooks_removed_after():
+    """Remove, after the block, the multi-grad hooks torch's module tracker registered in it.
+
+    ``ModTracker`` (inside ``MemTracker`` and ``FSDPMemTracker``) hooks every module's inputs and
+    outputs with ``register_multi_grad_hook`` and drops the handles. Each hook's closure holds the
+    autograd nodes it hangs on: a cycle through C++ that ``gc`` cannot break, so the tracked step's
+    graph -- and through its AccumulateGrad nodes the case's parameters and gradients -- outlived the
+    case. The next case's ``max_memory_allocated`` counted them: on the H200, test_ddp_microbatch's
+    1.3b-mb4 read 56.8 GiB after the tracked cases before it and 38.0 GiB alone. Removing the hooks
+    frees the graph (tests/test_training_tracker_leak.py holds weak references to a case's parameters).
+    """
+    from torch.distributed._tools import mod_tracker
+
+    handles = []
+    register = mod_tracker.register_multi_grad_hook
+
+    def keeping_the_handle(*args, **kwargs):
+        handle = register(*args, **kwargs)
+        handles.append(handle)
+        return handle
+
+    mod_tracker.register_multi_grad_hook = keeping_the_handle
+    try:
+        yield
+    finally:
+        mod_tracker.register_multi_grad_hook = register
+        for handle in handles:
+            handle.remove()
+
+
 def _tracked_steps(case: BuiltCase, schedule, device: torch.device) -> None:
     """Memory-tracked steps: the tracker is entered afresh per step, so each step has its own peak."""
     if not (case.active and case.make_tracker and schedule.tracked_steps):
@@ -237,7 +269,7 @@ def _tracked_steps(case: BuiltCase, schedule, device: torch.device) -> None:
     for _ in range(schedule.tracked_steps):
         dist.barrier(group=case.group)
         try:
-            with tracker:
+            with _grad_hooks_removed_after(), tracker:
                 loss = case.run_step()
             total, cats = _categorize(tracker.get_tracker_snapshot("peak"), device)
             tracker.reset_mod_stats()
