@@ -217,3 +217,72 @@ def test_power_sets_a_graded_mutation_on_its_own_scale():
 def test_power_refuses_a_mutation_that_is_not_graded(capsys):
     assert main(["power", "--mutation", "fsdp_root_wrap", "--", "perf/"]) == 2
     assert "not a graded mutation" in capsys.readouterr().err
+
+
+def _counts_doc(outcomes_a, outcomes_b, changes_b, **header):
+    def cell(outcomes, changes):
+        return {"regressions": outcomes.count("regression"), "runs": len(outcomes),
+                "mean_change": sum(changes) / len(changes) if changes else None, "changes": changes,
+                "outcomes": outcomes, "intervals": [[c - 0.01, c + 0.01] for c in changes]}
+    doc = {"repeats": 5, "rounds": 4, "threshold": 0.03, "knob": "gpu_step_slowdown",
+           "conditions": {"A = A": {}, "x1.05": {"PERFGATE_TEST_MUTATION": "gpu_step_slowdown:0.05"}},
+           "pytest_args": ["-m", "1gpu", "-k", "mb4", "perf/training"], "ab_runs_done": 2, "ab_runs_planned": 10,
+           "complete": False,
+           "metrics": [{"test_id": "perf/training/test_ddp.py::t[mb4]", "metric": "step_ms",
+                        "A = A": cell(outcomes_a, [0.001] * len(outcomes_a)), "x1.05": cell(outcomes_b, changes_b)}]}
+    doc.update(header)
+    return doc
+
+
+def test_power_tally_adds_up_counts_files_of_several_sessions(tmp_path, capsys):
+    """Each GPU session's device time holds two or three A/Bs of a device-bound case; --tally adds up the
+    counts files --save wrote (an older file without per-A/B verdicts too) into one table and file."""
+    one = tmp_path / "lease1.json"
+    one.write_text(json.dumps(_counts_doc(["pass"], ["regression"], [0.057])))
+    two = tmp_path / "lease2.json"
+    two.write_text(json.dumps(_counts_doc(["pass", "noisy"], ["regression", "pass"], [0.063, 0.02],
+                                          pytest_args=["-m", "1gpu", "-k", "mb4", "-p", "no:cacheprovider",
+                                                       "perf/training"])))
+    old = _counts_doc(["pass"], ["regression"], [0.05])
+    for cond in ("A = A", "x1.05"):  # as written before the verdicts were kept
+        for key in ("changes", "outcomes", "intervals"):
+            del old["metrics"][0][cond][key]
+    three = tmp_path / "older.json"
+    three.write_text(json.dumps(old))
+    merged = tmp_path / "all.json"
+    assert main(["power", "--tally", str(one), str(two), str(three), "--save", str(merged)]) == 0
+    out = capsys.readouterr().out
+    assert "3 counts file(s), 8 A/Bs x 4 rounds" in out
+    assert "0/4" in out and "3/4 (+4.8%)" in out
+    doc = json.loads(merged.read_text())
+    cell = doc["metrics"][0]["x1.05"]
+    assert (cell["regressions"], cell["runs"], doc["tallied_from"]) == (3, 4, [str(one), str(two), str(three)])
+    assert cell["outcomes"] == ["regression", "regression", "pass", "regression"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rounds": 8}, "rounds 8 is not"),
+    ({"pytest_args": ["-m", "1gpu", "perf/serving"]}, "pytest_args"),
+    ({"knob": "collective_slowdown"}, "knob"),
+])
+def test_power_tally_refuses_files_that_measured_something_else(tmp_path, capsys, change, message):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(_counts_doc(["pass"], ["regression"], [0.05])))
+    b.write_text(json.dumps(_counts_doc(["pass"], ["regression"], [0.05], **change)))
+    assert main(["power", "--tally", str(a), str(b)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "cannot be added up" in err
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(changes=[float("nan")]), "is not a finite number"),
+    (lambda c: c.update(regressions=0), "regressions=0 but the outcomes hold 1"),
+    (lambda c: c.update(runs=3), "do not match runs=3"),
+])
+def test_power_tally_checks_every_number_it_reads(tmp_path, capsys, edit, message):
+    doc = _counts_doc(["pass"], ["regression"], [0.05])
+    edit(doc["metrics"][0]["x1.05"])
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc, allow_nan=True))
+    assert main(["power", "--tally", str(path)]) == 2
+    assert message in capsys.readouterr().err

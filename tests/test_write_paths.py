@@ -464,3 +464,41 @@ def test_an_interrupted_run_is_refused_unless_its_finished_tests_are_asked_for(t
     assert cli.main(["refresh", str(r), "--yes", "--baselines", str(base), "--allow-interrupted"]) == 0
     stored = json.loads((base / HW / "collectives.json").read_text())["entries"]
     assert list(stored) == ["perf/collectives/test_c.py::test_x"]
+
+
+def _metric(test_id: str, metric: str, median: float) -> MetricResult:
+    return MetricResult(test_id=test_id, area="training", metric=metric, unit="GiB", better="lower", tol=0.02,
+                        gated=True, summary=summarize([median] * 5), verdict={"outcome": "improved"})
+
+
+def test_refresh_takes_only_the_named_tests_and_metrics(tmp_path, capsys):
+    """A harness fix changed one metric of some tests (GPU memory, after a leak between cases was fixed):
+    `--test`/`--metric` replace those entries from the re-measured run and leave every other baseline,
+    pooled over earlier runs, as it was; a selection that matches nothing writes nothing and says so."""
+    base = tmp_path / "baselines"
+    store = BaselineStore(base)
+    ids = {"mb2": "perf/training/test_ddp.py::test_ddp_microbatch[nccl-1rank-gpt-1.3b-mb2]",
+           "mb1": "perf/training/test_ddp.py::test_ddp_microbatch[nccl-1rank-gpt-1.3b-mb1]",
+           "fsdp": "perf/training/test_fsdp.py::test_fsdp_memory[nccl-1rank-gpt-1.3b-untied-fsdp2-reshard]"}
+    old = {(t, m): entry(v) for t, m, v in ((ids["mb2"], "peak_alloc_gib", 39.3), (ids["mb2"], "step_ms", 80.0),
+                                             (ids["mb1"], "peak_alloc_gib", 25.6), (ids["fsdp"], "peak_alloc_gib", 79.4))}
+    entries: dict = {}
+    for (t, m), e in old.items():
+        entries.setdefault(t, {})[m] = e
+    store.write(HW, "training", entries)
+    run = results_doc(results=[_metric(ids["mb2"], "peak_alloc_gib", 29.7), _metric(ids["mb2"], "step_ms", 70.0),
+                               _metric(ids["mb1"], "peak_alloc_gib", 25.6), _metric(ids["fsdp"], "peak_alloc_gib", 70.5)])
+    path = save(tmp_path / "run.json", run)
+
+    assert cli.main(["refresh", str(path), "--yes", "--baselines", str(base), "--test", "test_ddp_microbatch[",
+                     "--metric", "peak_alloc_*"]) == 0
+    now = BaselineStore(base).load(HW, "training")
+    assert now[ids["mb2"]]["peak_alloc_gib"].summary.median == pytest.approx(29.7)  # re-measured: replaced
+    assert now[ids["mb1"]]["peak_alloc_gib"].summary.median == pytest.approx(25.6)
+    assert now[ids["mb2"]]["step_ms"].summary.median == pytest.approx(80.0)  # another metric: kept
+    assert now[ids["fsdp"]]["peak_alloc_gib"].summary.median == pytest.approx(79.4)  # another test: kept
+    capsys.readouterr()
+
+    assert cli.main(["refresh", str(path), "--yes", "--baselines", str(base), "--metric", "no_such_*"]) == 1
+    assert "nothing written: no metric of" in one_line(capsys.readouterr().err)
+    assert BaselineStore(base).load(HW, "training")[ids["fsdp"]]["peak_alloc_gib"].summary.median == pytest.approx(79.4)

@@ -15,11 +15,18 @@ Costly by design: repeats x (1 + slowdowns) x rounds x 2 pytest runs. Run it on 
 machine, and keep the selection small. Nothing measured is lost to a time limit: ``--save`` is
 rewritten after every A/B (``"complete": false`` until the last), and ``--keep`` keeps every
 round's results document, one folder per repeat and condition.
+
+``--tally COUNTS...`` measures nothing: it adds up the counts files ``--save`` wrote, complete or
+cut short, for one selection measured on several leases or in several sessions (a GPU session's
+device time holds two or three A/Bs of a device-bound case), and prints the table over all of
+them. Files of another selection, knob, round count or threshold are refused, naming the field.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +42,8 @@ from perfgate.store.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 _OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--rounds", "--threshold", "--confidence",
-                "--save", "--root", "--hardware-id"}
+                "--save", "--root", "--hardware-id", "--tally"}
+_SAME_IN_EVERY_FILE = ("knob", "rounds", "threshold", "pytest_args", "conditions")
 
 
 def register(sub) -> None:
@@ -56,6 +64,9 @@ def register(sub) -> None:
     p.add_argument("--keep", type=Path, help="keep every round's results JSON under this folder")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
+    p.add_argument("--tally", type=Path, nargs="+", metavar="COUNTS",
+                   help="measure nothing: add up counts files written by --save (several leases or sessions "
+                        "of one selection) and print their table")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="tests and pytest options")
     p.set_defaults(func=run)
 
@@ -118,17 +129,155 @@ def knob_env(args: argparse.Namespace, factor: float) -> dict[str, str]:
     return {mutations.ENV: f"{m.name}:{value:g}"}
 
 
+def _finite(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where}: {value!r} is not a finite number")
+    return float(value)
+
+
+def _count(value, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{where}: {value!r} is not a count")
+    return value
+
+
+def load_counts(path: Path) -> dict:
+    """A counts file of ``--save``, every field :func:`merge_counts` reads checked (numbers finite)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON ({exc.msg} at line {exc.lineno}); expected a counts file of "
+                         f"`perfgate power --save`") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("metrics"), list) or not isinstance(
+            doc.get("conditions"), dict):
+        raise ValueError(f"{path}: not a counts file of `perfgate power --save` (no metrics or conditions)")
+    for key in _SAME_IN_EVERY_FILE:
+        if key not in doc:
+            raise ValueError(f"{path}: no {key!r}: not a counts file of `perfgate power --save`")
+    _count(doc["rounds"], f"{path}: rounds")
+    _finite(doc["threshold"], f"{path}: threshold")
+    for i, m in enumerate(doc["metrics"]):
+        where = f"{path}: metrics[{i}]"
+        if not isinstance(m, dict) or not isinstance(m.get("test_id"), str) or not isinstance(m.get("metric"), str):
+            raise ValueError(f"{where}: no test_id and metric")
+        for cond in doc["conditions"]:
+            c = m.get(cond)
+            if c is None:
+                continue
+            if not isinstance(c, dict):
+                raise ValueError(f"{where}.{cond}: not a tally")
+            runs, regressions = _count(c.get("runs"), f"{where}.{cond}.runs"), _count(
+                c.get("regressions"), f"{where}.{cond}.regressions")
+            if "outcomes" not in c and runs <= 1:  # written before the verdicts were kept: one A/B, its mean
+                mean = c.get("mean_change")
+                c.update(outcomes=["regression" if regressions else "not a regression"] * runs,
+                         changes=[] if mean is None else [_finite(mean, f"{where}.{cond}.mean_change")] * runs,
+                         intervals=[None] * runs)
+            outcomes, changes, intervals = c.get("outcomes"), c.get("changes"), c.get("intervals")
+            if not (isinstance(outcomes, list) and isinstance(changes, list) and isinstance(intervals, list)) or \
+                    len(outcomes) != runs or len(intervals) != runs or len(changes) > runs or regressions > runs:
+                raise ValueError(f"{where}.{cond}: outcomes, changes and intervals do not match runs={runs}")
+            if regressions != sum(o == "regression" for o in outcomes):
+                raise ValueError(f"{where}.{cond}: regressions={regressions} but the outcomes hold "
+                                 f"{sum(o == 'regression' for o in outcomes)}")
+            for j, x in enumerate(changes):
+                _finite(x, f"{where}.{cond}.changes[{j}]")
+            for j, ci in enumerate(intervals):
+                if ci is not None and not (isinstance(ci, list) and len(ci) == 2):
+                    raise ValueError(f"{where}.{cond}.intervals[{j}]: {ci!r} is not [low, high]")
+                for x in ci or ():
+                    _finite(x, f"{where}.{cond}.intervals[{j}]")
+    return doc
+
+
+def _comparable(key: str, value):
+    """pytest's cache provider does not change what a run measures: ``-p no:cacheprovider`` is not a difference."""
+    if key != "pytest_args" or not isinstance(value, list):
+        return value
+    out, i = [], 0
+    while i < len(value):
+        if value[i] == "-p" and value[i + 1:i + 2] == ["no:cacheprovider"]:
+            i += 2
+            continue
+        out.append(value[i])
+        i += 1
+    return out
+
+
+def merge_counts(docs: list[dict], names: list[str]) -> tuple[dict, dict[tuple[str, str], dict[str, Tally]]]:
+    """Counts files of one selection -> (the first file's header, the tallies added up)."""
+    first = docs[0]
+    for doc, name in zip(docs[1:], names[1:]):
+        for key in _SAME_IN_EVERY_FILE:
+            if _comparable(key, doc[key]) != _comparable(key, first[key]):
+                raise ValueError(f"{name}: {key} {doc[key]!r} is not {names[0]}'s {first[key]!r}: the files measured "
+                                 f"different things and cannot be added up")
+    counts: dict[tuple[str, str], dict[str, Tally]] = {}
+    for doc in docs:
+        for m in doc["metrics"]:
+            for cond in first["conditions"]:
+                c = m.get(cond)
+                if c is None:
+                    continue
+                t = counts.setdefault((m["test_id"], m["metric"]), {}).setdefault(cond, Tally())
+                t.runs += c["runs"]
+                t.regressions += c["regressions"]
+                t.outcomes += c["outcomes"]
+                t.changes += [float(x) for x in c["changes"]]
+                t.intervals += c["intervals"]
+    return first, counts
+
+
+def _print_table(counts: dict[tuple[str, str], dict[str, Tally]], conditions, title: str) -> None:
+    columns = [Column("test", fold=True, group=True), Column("metric", fold=True),
+               *(Column("false alarms" if cond == "A = A" else f"detected {cond}", "right") for cond in conditions)]
+    rows = []
+    for (test, metric), by_cond in sorted(counts.items()):
+        cells = []
+        for cond in conditions:
+            c = by_cond.get(cond, Tally())
+            mean = "" if c.mean_change is None else f" ({c.mean_change * 100:+.1f}%)"
+            cells.append(f"{c.regressions}/{c.runs}{mean}")
+        rows.append([short_id(test), metric, *cells])
+    for line in render(columns, rows, width=stdout_width(), title=title):
+        print(line.text)
+    print("cells: regression verdicts / A/B runs (mean measured worsening of B against A)")
+
+
+def tally_files(args: argparse.Namespace) -> int:
+    names = [str(p) for p in args.tally]
+    first, counts = merge_counts([load_counts(p) for p in args.tally], names)
+    ab_runs = sum(c.runs for by_cond in counts.values() for c in by_cond.values()) // max(len(counts), 1)
+    _print_table(counts, first["conditions"],
+                 f"perfgate power: {len(names)} counts file(s), {ab_runs} A/Bs x {first['rounds']} rounds, threshold "
+                 f"{first['threshold'] * 100:g}% ({first['knob']}; {shlex.join(first['pytest_args'])})")
+    if args.save:
+        write_json_atomic(args.save, {**{k: first[k] for k in _SAME_IN_EVERY_FILE}, "tallied_from": names,
+                                      "ab_runs_done": ab_runs, "complete": True,
+                                      "metrics": _metrics_section(counts)})
+        print(f"saved {args.save}")
+    return 0
+
+
+def _metrics_section(counts: dict[tuple[str, str], dict[str, Tally]]) -> list[dict]:
+    return [{"test_id": test, "metric": metric,
+             **{cond: {"regressions": c.regressions, "runs": c.runs, "mean_change": c.mean_change,
+                       "changes": c.changes, "outcomes": c.outcomes, "intervals": c.intervals}
+                for cond, c in by_cond.items()}} for (test, metric), by_cond in sorted(counts.items())]
+
+
 def _document(args, pytest_args, conditions, counts, done: int, total: int) -> dict:
     return {"repeats": args.repeats, "rounds": args.rounds, "threshold": args.threshold,
             "knob": args.mutation or args.knob, "conditions": conditions, "pytest_args": pytest_args,
             "ab_runs_done": done, "ab_runs_planned": total, "complete": done == total,
-            "metrics": [{"test_id": test, "metric": metric,
-                         **{cond: {"regressions": c.regressions, "runs": c.runs, "mean_change": c.mean_change,
-                                   "changes": c.changes, "outcomes": c.outcomes, "intervals": c.intervals}
-                            for cond, c in by_cond.items()}} for (test, metric), by_cond in sorted(counts.items())]}
+            "metrics": _metrics_section(counts)}
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tally:
+        if args.pytest_args:
+            raise ValueError("--tally adds up saved counts and measures nothing: give it no tests")
+        return tally_files(args)
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
     if args.rounds < ab_stats.MIN_ROUNDS:
@@ -155,21 +304,8 @@ def run(args: argparse.Namespace) -> int:
             if args.save:
                 write_json_atomic(args.save, _document(args, pytest_args, conditions, tally(per_condition),
                                                        done, total))
-    counts = tally(per_condition)
-    columns = [Column("test", fold=True, group=True), Column("metric", fold=True),
-               *(Column("false alarms" if cond == "A = A" else f"detected {cond}", "right") for cond in conditions)]
-    rows = []
-    for (test, metric), by_cond in sorted(counts.items()):
-        cells = []
-        for cond in conditions:
-            c = by_cond.get(cond, Tally())
-            mean = "" if c.mean_change is None else f" ({c.mean_change * 100:+.1f}%)"
-            cells.append(f"{c.regressions}/{c.runs}{mean}")
-        rows.append([short_id(test), metric, *cells])
-    title = f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold {args.threshold * 100:g}%"
-    for line in render(columns, rows, width=stdout_width(), title=title):
-        print(line.text)
-    print("cells: regression verdicts / A/B runs (mean measured worsening of B against A)")
+    _print_table(tally(per_condition), conditions,
+                 f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold {args.threshold * 100:g}%")
     if args.save:
         print(f"saved {args.save}")
     return 0

@@ -8,7 +8,8 @@ replaces is kept as ``<area>.json.prev``.
 Several results files are pooled (perfgate.store.results.pool), each metric keeping one summary
 per run for the between-run noise model; a gated metric whose run medians disagree beyond
 its tolerance stops the refresh with the runs side by side (``--force`` pools them anyway),
-runs from an uncommitted tree need ``--allow-dirty``, an interrupted run ``--allow-interrupted`` (its
+``--test``/``--metric`` take only the named figures of the runs (the rest of the baselines stay as
+they are: what a harness fix that changed one metric's meaning re-measures), runs from an uncommitted tree need ``--allow-dirty``, an interrupted run ``--allow-interrupted`` (its
 file holds only the tests that finished), and replacing a baseline of another
 workload needs ``--allow-other-workload``: the checks of perfgate.store.baseline_writer, the
 same on every path that writes baselines. A baselines folder that does not exist is created
@@ -50,6 +51,11 @@ def register(sub) -> None:
     p.add_argument("--allow-interrupted", action="store_true",
                    help="take the finished tests of an interrupted run (a GPU call cut by its time limit): the "
                         "file holds only tests that ran to the end")
+    p.add_argument("--test", dest="tests", action="append", default=[], metavar="TEXT",
+                   help="take only tests whose id contains TEXT (repeatable; plain text, not a pattern)")
+    p.add_argument("--metric", dest="metrics", action="append", default=[], metavar="GLOB",
+                   help="take only metrics matching GLOB (repeatable): re-measured figures replace theirs, "
+                        "every other baseline stays as it is")
     p.set_defaults(func=run)
 
 
@@ -85,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.root, args.baselines, hardware_id=docs[0]["hardware_id"])
     try:
         plan = baseline_writer.plan_from_results(docs, names, checks, say=baseline_writer.stderr, refs=refs,
-                                                 settings=settings)
+                                                 settings=settings, tests=tuple(args.tests),
+                                                 metrics=tuple(args.metrics))
     except baseline_writer.RunsDisagree as exc:
         for line in _disagreement_table(exc.clash, names, [r["sha256"] for r in refs], width=stdout_width()):
             print(line)
@@ -93,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
     hw, doc = plan.hardware_id, plan.doc
     if not plan.by_area:
-        print(f"perfgate refresh: nothing written: {_why_nothing(doc, ', '.join(names))}", file=sys.stderr)
+        why = (f"no metric of {', '.join(names)} matches --test {args.tests or 'any'} --metric {args.metrics or 'any'}"
+               if (args.tests or args.metrics) and (doc.get("results") or []) else _why_nothing(doc, ', '.join(names)))
+        print(printable(f"perfgate refresh: nothing written: {why}"), file=sys.stderr)
         return 1
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=Path(args.root) / "pyproject.toml")

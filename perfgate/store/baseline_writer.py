@@ -23,6 +23,7 @@ samples must not become an 850 MB baseline), and a file given twice is pooled on
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import math
 import sys
@@ -186,19 +187,37 @@ def plan_from_entries(hardware_id: str, by_area: ByArea, *, fingerprint: dict | 
     return Plan(hardware_id, checked_entries(by_area, source), fingerprint, source, doc)
 
 
+def selected(by_area: ByArea, tests: tuple[str, ...] = (), metrics: tuple[str, ...] = ()) -> ByArea:
+    """The entries whose test id contains one of ``tests`` (plain text: ids hold brackets) and whose
+    metric matches one of the ``metrics`` globs; an empty tuple selects all. What a refresh takes when
+    only some figures are re-measured (a harness fix that changed one metric's meaning): the others keep
+    their pooled baselines."""
+    out: ByArea = {}
+    for area, entries in by_area.items():
+        for test, per_metric in entries.items():
+            if tests and not any(t in test for t in tests):
+                continue
+            for metric, e in per_metric.items():
+                if not metrics or any(fnmatch.fnmatchcase(metric, m) for m in metrics):
+                    out.setdefault(area, {}).setdefault(test, {})[metric] = e
+    return out
+
+
 def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
-                      say: Callable[[str], object] = print, refs: list[dict] | None = None, settings=None) -> Plan:
+                      say: Callable[[str], object] = print, refs: list[dict] | None = None, settings=None,
+                      tests: tuple[str, ...] = (), metrics: tuple[str, ...] = ()) -> Plan:
     """Results documents -> a checked plan (RunsDisagree when runs disagree and not ``force``).
 
     ``refs``: each document's results-store reference (perfgate.store.run_store.run_reference),
     which the baseline's run summaries record instead of a path. ``settings``: the hardware id's
-    tolerance table that judges the runs' agreement (:func:`disagreeing`)."""
+    tolerance table that judges the runs' agreement (:func:`disagreeing`). ``tests``/``metrics``:
+    take only those entries (:func:`selected`)."""
     check_documents(docs, names, checks)
     ref_of = dict(zip(names, refs)) if refs else {}
     docs, names = distinct(docs, names, say)
     doc = results_mod.pool(docs, names, include_tainted=checks.include_tainted,
                            refs=[ref_of[n] for n in names] if refs else None)
-    by_area = results_mod.baseline_entries(doc, include_tainted=checks.include_tainted)
+    by_area = selected(results_mod.baseline_entries(doc, include_tainted=checks.include_tainted), tests, metrics)
     ungated = {(r["test_id"], r["metric"]) for r in doc.get("results") or [] if not r.get("gated", True)}
     clash = disagreeing(by_area, ungated, settings)
     if clash and not checks.force:

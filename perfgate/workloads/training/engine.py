@@ -11,7 +11,12 @@ torch.profiler (perfgate.workloads.device_time) give the device's busy time per 
 share of the step: the proof that a GPU step time measures the GPU, recorded beside it.
 
 Memory, by source:
-- GPU: ``torch.cuda.max_memory_allocated`` with the peak reset before every timed step.
+- GPU: ``torch.cuda.max_memory_allocated`` with the peak reset before every timed step, less the
+  case's floor: what was allocated when it was built (``info.alloc_floor_gib``). The floor is what
+  earlier cases of the launch left that ``gc`` cannot free: an FSDP1 model's flat parameters sit in
+  a reference cycle through C++ from its construction on (torch 2.11 and 2.13), and every later
+  case counted them (fsdp2-reshard read 70.5 GiB after two FSDP1 modes, +10 GiB for each). Without
+  the floor a case's figure depended on which cases ran before it in the same launch.
 - CPU and GPU: torch's own trackers (``MemTracker`` for DDP/FSDP1, ``FSDPMemTracker`` for
   FSDP2) over ``tracked_steps`` further steps, entered afresh per step so that each step
   yields its own peak and the category breakdown at that peak. On CPU this is the primary
@@ -156,6 +161,7 @@ class BuiltCase:
     allreduce_counter: Callable[[], int] | None = None
     keepalive: list = field(default_factory=list)  # e.g. the TEST-ONLY extra parameter copy
     next_step: int = 0
+    alloc_floor_bytes: int = 0  # GPU: allocated before the case was built (the module docstring)
     burn: Any = None  # TEST-ONLY device work after each step (perfgate.workloads.device_burn)
 
     @property
@@ -220,7 +226,7 @@ def _timed_step(case: BuiltCase, device: torch.device) -> None:
     if exposed0 is not None:
         res.comm_exposed_s.append(case.allreduce_counter.exposed_s - exposed0)
     if device.type == "cuda":
-        res.peak_alloc_bytes.append(int(torch.cuda.max_memory_allocated(device)))
+        res.peak_alloc_bytes.append(int(torch.cuda.max_memory_allocated(device)) - case.alloc_floor_bytes)
     res.rss_bytes.append(_rss_bytes())
     res.losses.append(loss)
 
@@ -235,7 +241,7 @@ def _grad_hooks_removed_after():
     graph -- and through its AccumulateGrad nodes the case's parameters and gradients -- outlived the
     case. The next case's ``max_memory_allocated`` counted them: on the H200, test_ddp_microbatch's
     1.3b-mb4 read 56.8 GiB after the tracked cases before it and 38.0 GiB alone. Removing the hooks
-    frees the graph (tests/test_training_tracker_leak.py holds weak references to a case's parameters).
+    frees the graph (tests/test_training_case_isolation.py holds weak references to a case's parameters).
     """
     from torch.distributed._tools import mod_tracker
 
@@ -299,8 +305,12 @@ def run_cases(builders: list[Callable[[], BuiltCase]], schedule, device: torch.d
     results: list[CaseResult] = []
     if not interleave:
         for build in builders:
+            floor = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
             t0 = time.perf_counter()
             case = build()
+            case.alloc_floor_bytes = floor
+            if device.type == "cuda":
+                case.result.info["alloc_floor_gib"] = floor / 2**30
             # where a case's wall time goes (attached with its info): a one-case session on the
             # H200 took 32 s for ~2 s of timed steps, and `perfgate ab` pays that per round
             spent = case.result.info["phase_s"] = {"build": time.perf_counter() - t0}

@@ -78,3 +78,35 @@ def test_an_fsdp2_case_tracked_by_fsdpmemtracker_is_freed_before_the_next(one_ra
     alive_at_build, alive_after = _run_watched(builders, one_rank)
     assert alive_at_build == [0, 0]
     assert alive_after == [0, 0]
+
+
+def test_a_gpu_case_peak_is_counted_from_what_was_allocated_when_it_was_built(one_rank, monkeypatch):
+    """What gc cannot free (FSDP1 keeps its flat parameters in a cycle through C++ from construction
+    on) stays allocated into later cases; each case's peak is counted from its own floor. The CUDA
+    allocator's counters are stood in for (this checks the engine's arithmetic, not a GPU)."""
+    from perfgate.workloads.training import engine
+    from perfgate.workloads.training.engine import BuiltCase, CaseResult
+
+    gib = 2**30
+    allocated = {"now": 3 * gib, "peak": 3 * gib}  # 3 GiB left by earlier cases of the launch
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: allocated["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: allocated.update(peak=allocated["now"]))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(engine, "synchronize", lambda device: None)
+
+    def build(leaves_gib: float):
+        def step(i):
+            allocated["peak"] = max(allocated["peak"], allocated["now"] + 5 * gib)  # the step needs 5 GiB
+            return 1.0
+        def built():
+            allocated["now"] += int(leaves_gib * gib)  # what this case's model keeps past its end
+            return BuiltCase(result=CaseResult(label=f"leaves-{leaves_gib}", rank=0, world_size=1), step=step)
+        return built
+
+    schedule = Schedule(warmup_steps=1, measured_steps=5)
+    first, second = run_cases([build(2), build(0)], schedule, torch.device("cuda", 0))
+    assert first.info["alloc_floor_gib"] == 3 and second.info["alloc_floor_gib"] == 5
+    assert {b / gib for b in first.peak_alloc_bytes} == {7.0}  # its own 2 GiB + the step's 5
+    assert {b / gib for b in second.peak_alloc_bytes} == {5.0}  # not the 2 GiB the first one left
