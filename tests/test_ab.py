@@ -286,3 +286,23 @@ def test_power_tally_checks_every_number_it_reads(tmp_path, capsys, edit, messag
     path.write_text(json.dumps(doc, allow_nan=True))
     assert main(["power", "--tally", str(path)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_power_schedules_a_equals_a_apart_from_the_detections():
+    """The acceptance asks 10 detections and 5 A = A: --aa-repeats 5 with --repeats 10 plans exactly that,
+    A = A first within each repeat while it lasts, so a run cut short holds both kinds."""
+    from perfgate.commands import power
+
+    conditions = {"A = A": {}, "x1.05": {"K": "0.05"}}
+    plan = power.schedule(10, 5, conditions)
+    assert [c for _, c in plan].count("A = A") == 5 and [c for _, c in plan].count("x1.05") == 10
+    assert plan[:4] == [(0, "A = A"), (0, "x1.05"), (1, "A = A"), (1, "x1.05")]
+    assert plan[-1] == (9, "x1.05")
+    assert power.schedule(2, 0, conditions) == [(0, "x1.05"), (1, "x1.05")]
+    assert power.schedule(1, 3, conditions) == [(0, "A = A"), (0, "x1.05"), (1, "A = A"), (2, "A = A")]
+    assert power.schedule(3, 3, conditions) == [(r, c) for r in range(3) for c in conditions]  # as before
+
+
+def test_power_refuses_a_negative_aa_repeats(capsys):
+    assert main(["power", "--aa-repeats", "-1", "--", "perf/"]) == 2
+    assert "--aa-repeats must be >= 0" in capsys.readouterr().err

@@ -11,7 +11,8 @@ which on a busy one is not exactly the nominal one).
 variable: a slowdown factor k becomes ``PERFGATE_TEST_MUTATION=NAME:<k on the knob's scale>``
 (``gpu_step_slowdown`` counts extra work from 0, so 1.05 is ``gpu_step_slowdown:0.05``).
 
-Costly by design: repeats x (1 + slowdowns) x rounds x 2 pytest runs. Run it on a quiet
+Costly by design: repeats x (1 + slowdowns) x rounds x 2 pytest runs; ``--aa-repeats`` sets the
+A = A count apart (the detections usually need more). Run it on a quiet
 machine, and keep the selection small. Nothing measured is lost to a time limit: ``--save`` is
 rewritten after every A/B (``"complete": false`` until the last), and ``--keep`` keeps every
 round's results document, one folder per repeat and condition.
@@ -41,7 +42,7 @@ from perfgate.store.atomic import write_json_atomic
 from perfgate.store.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
-_OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--rounds", "--threshold", "--confidence",
+_OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--aa-repeats", "--rounds", "--threshold", "--confidence",
                 "--save", "--root", "--hardware-id", "--tally"}
 _SAME_IN_EVERY_FILE = ("knob", "rounds", "threshold", "pytest_args", "conditions")
 
@@ -56,6 +57,8 @@ def register(sub) -> None:
                       "gpu_step_slowdown: factor 1.05 sets PERFGATE_TEST_MUTATION=gpu_step_slowdown:0.05")
     p.add_argument("--slowdowns", default="1.05,1.1,1.25", help="comma-separated factors (default 1.05,1.1,1.25)")
     p.add_argument("--repeats", type=int, default=5, help="A/B runs per condition (default 5)")
+    p.add_argument("--aa-repeats", type=int, metavar="N",
+                   help="A = A runs (default: --repeats); fewer spends the time on detections, 0 measures none")
     p.add_argument("--rounds", type=int, default=8, help=f"rounds per A/B (default 8): even, at least "
                    f"{ab_stats.MIN_ROUNDS + ab_stats.MIN_ROUNDS % 2}, as in `perfgate ab`")
     p.add_argument("--threshold", type=float, default=ab_stats.DEFAULT_THRESHOLD, help="as in `perfgate ab`")
@@ -266,8 +269,17 @@ def _metrics_section(counts: dict[tuple[str, str], dict[str, Tally]]) -> list[di
                 for cond, c in by_cond.items()}} for (test, metric), by_cond in sorted(counts.items())]
 
 
+def schedule(repeats: int, aa_repeats: int, conditions) -> list[tuple[int, str]]:
+    """(repeat, condition) of every A/B in order: each repeat runs A = A (while ``aa_repeats`` last) and
+    then every slowdown, so a run cut short holds both kinds, and a later session can ask for just the
+    A = A runs its tally still lacks."""
+    return [(rep, cond) for rep in range(max(repeats, aa_repeats)) for cond in conditions
+            if rep < (aa_repeats if cond == "A = A" else repeats)]
+
+
 def _document(args, pytest_args, conditions, counts, done: int, total: int) -> dict:
-    return {"repeats": args.repeats, "rounds": args.rounds, "threshold": args.threshold,
+    return {"repeats": args.repeats, "aa_repeats": args.repeats if args.aa_repeats is None else args.aa_repeats,
+            "rounds": args.rounds, "threshold": args.threshold,
             "knob": args.mutation or args.knob, "conditions": conditions, "pytest_args": pytest_args,
             "ab_runs_done": done, "ab_runs_planned": total, "complete": done == total,
             "metrics": _metrics_section(counts)}
@@ -280,6 +292,9 @@ def run(args: argparse.Namespace) -> int:
         return tally_files(args)
     if args.repeats < 1:
         raise ValueError("--repeats must be >= 1")
+    aa_repeats = args.repeats if args.aa_repeats is None else args.aa_repeats
+    if aa_repeats < 0:
+        raise ValueError(f"--aa-repeats must be >= 0, got {aa_repeats}")
     if args.rounds < ab_stats.MIN_ROUNDS:
         raise ValueError(f"--rounds must be >= {ab_stats.MIN_ROUNDS}")
     if args.rounds % 2:
@@ -290,20 +305,21 @@ def run(args: argparse.Namespace) -> int:
     python = sys.executable
     conditions = {"A = A": {}} | {f"x{k:g}": knob_env(args, k) for k in slowdowns}
     per_condition: dict[str, list[list[MetricResult]]] = {c: [] for c in conditions}
-    total, done = args.repeats * len(conditions), 0
-    for rep in range(args.repeats):
-        for cond, env in conditions.items():
-            shown = " ".join(f"{k}={v}" for k, v in env.items()) or "B = A"
-            print(f"repeat {rep + 1}/{args.repeats}, {cond} ({shown}), A/B {done + 1}/{total}:", file=sys.stderr)
-            keep = args.keep / f"repeat{rep + 1}-{'AeqA' if not env else cond}" if args.keep else None
-            docs, _ = ab_cmd.measure({"a": (python, {}), "b": (python, env)}, args.rounds, pytest_args, root=root,
-                                     hardware_id=args.hardware_id, keep=keep)
-            per_condition[cond].append(ab_cmd.compare(docs["a"], docs["b"], threshold=args.threshold,
-                                                      confidence=args.confidence, rerun=""))
-            done += 1
-            if args.save:
-                write_json_atomic(args.save, _document(args, pytest_args, conditions, tally(per_condition),
-                                                       done, total))
+    plan = schedule(args.repeats, aa_repeats, conditions)
+    total = len(plan)
+    for done, (rep, cond) in enumerate(plan):
+        env = conditions[cond]
+        shown = " ".join(f"{k}={v}" for k, v in env.items()) or "B = A"
+        print(f"repeat {rep + 1}/{max(args.repeats, aa_repeats)}, {cond} ({shown}), A/B {done + 1}/{total}:",
+              file=sys.stderr)
+        keep = args.keep / f"repeat{rep + 1}-{'AeqA' if not env else cond}" if args.keep else None
+        docs, _ = ab_cmd.measure({"a": (python, {}), "b": (python, env)}, args.rounds, pytest_args, root=root,
+                                 hardware_id=args.hardware_id, keep=keep)
+        per_condition[cond].append(ab_cmd.compare(docs["a"], docs["b"], threshold=args.threshold,
+                                                  confidence=args.confidence, rerun=""))
+        if args.save:
+            write_json_atomic(args.save, _document(args, pytest_args, conditions, tally(per_condition),
+                                                   done + 1, total))
     _print_table(tally(per_condition), conditions,
                  f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold {args.threshold * 100:g}%")
     if args.save:
