@@ -116,3 +116,4 @@ def test_compiled_vs_eager(perf, compiled_and_eager_servers):
                             for n, s in servers.items()})
     perf.attach("workload", {"input_len": p.input_len, "output_len": p.output_len, "concurrency": list(levels),
                              "reps": p.reps, "side_by_side": side_by_side})
+    perf.attach("quiet_waits", get_server.waits)  # before each switch of server (fixtures.serving.QuietSwitch)

@@ -69,6 +69,7 @@ def test_small_kv_cache_preempts(perf, small_kv_servers):
                           "phases": {n: {"summary": x["summary"].to_dict(), "preemptions": x["preemptions"]}
                                      for n, x in r["phases"].items()}} for r in every])
     perf.attach("kv_cache_tokens", {n: t.server.kv_cache_tokens() for n, t in servers.items()})
+    perf.attach("quiet_waits", get_server.waits)  # before each switch of server (fixtures.serving.QuietSwitch)
     assert preempted["default"] == 0, (f"the default server ({servers['default'].server.kv_cache_tokens()} KV "
                                        f"tokens) preempted {preempted['default']:.0f} requests: its capacity is "
                                        f"short too, so the comparison says nothing")

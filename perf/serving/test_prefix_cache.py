@@ -101,3 +101,4 @@ def test_prefix_cache_on_vs_off(perf, prefix_cache_servers, record_latency):
                              "requests": p.prefix_requests, "prefixes": p.num_prefixes, "request_reuse": reuse,
                              "concurrency": p.prefix_concurrency})
     perf.attach("requests", raw)
+    perf.attach("quiet_waits", get.waits)  # before each switch of server (fixtures.serving.QuietSwitch)
