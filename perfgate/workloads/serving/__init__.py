@@ -123,10 +123,6 @@ CPU_PROFILE = ServingProfile(
     # the scheduler's noise, not either instrument's (on AMD VMs ITL stayed within 2 %). The gaps are
     # recorded; the GPU profile asserts its bounds.
     bench_bounds=None,
-    # 128, not the default 32: on an AVX-512 VM 32 requests at C=16 take 0.3-1.5 s a phase, and the
-    # small/default ratio read 0.25-2.5 between repetitions and 0.66 / 2.15 / 0.75 between three runs
-    # (2026-12-03); four times the requests make ~2 s phases (docs/serving.md)
-    kv_requests=128,
     # measured 3 365 MiB (compiled) and 3 309 MiB (eager) on 2026-12-02, 4 processes each: the budget
     # catches a server that grows by ~80 % (another GiB of KV, a second copy of the weights)
     server_rss_budget_mib=6144.0,
