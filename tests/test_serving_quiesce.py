@@ -46,14 +46,14 @@ def test_waits_out_a_spin_and_returns_once_quiet(spawned):
     waited = time.monotonic() - t0
     assert quiet.quiet and quiet.last_cores < 0.2
     assert proc.stdout.readline().strip() == "slept"  # it returned after the spin ended, not before
-    assert 0.7 < waited < 3.0, waited  # ~1.0 s of spin left, then one quiet window
+    assert 0.7 < waited < 3.0, waited  # ~1.0 s of spin left, then two quiet windows
 
 
 def test_a_process_that_never_goes_quiet_is_reported_at_the_timeout(spawned):
     proc = spawned(30)
     quiet = wait_until_quiet(proc.pid, timeout_s=0.6)
     assert not quiet.quiet
-    assert quiet.last_cores > 0.5  # one core, give or take a busy machine
+    assert quiet.last_cores > 0.3  # one core, give or take a busy machine
     assert 0.6 <= quiet.waited_s < 1.5
 
 
@@ -67,7 +67,7 @@ def test_an_idle_or_gone_process_is_quiet_at_once(spawned):
     assert wait_until_quiet(proc.pid).quiet
 
 
-@pytest.mark.parametrize("kw", [{"below_cores": 0}, {"window_s": 0}, {"timeout_s": 0.01}])
+@pytest.mark.parametrize("kw", [{"below_cores": 0}, {"window_s": 0}, {"windows": 0}, {"timeout_s": 0.15}])
 def test_bad_arguments_are_refused(kw):
     with pytest.raises(ValueError, match="wait_until_quiet"):
         wait_until_quiet(1, **kw)

