@@ -2,6 +2,7 @@
 does for ~1 s after its last request), one that never stops, and one that is gone."""
 from __future__ import annotations
 
+import select
 import subprocess
 import sys
 import time
@@ -45,7 +46,9 @@ def test_waits_out_a_spin_and_returns_once_quiet(spawned):
     quiet = wait_until_quiet(proc.pid)
     waited = time.monotonic() - t0
     assert quiet.quiet and quiet.last_cores < 0.2
-    assert proc.stdout.readline().strip() == "slept"  # it returned after the spin ended, not before
+    # it returned after the spin ended, not before: the child's line is already there to read
+    assert select.select([proc.stdout], [], [], 0)[0], "wait_until_quiet returned while the child still spun"
+    assert proc.stdout.readline().strip() == "slept"
     assert 0.7 < waited < 3.0, waited  # ~1.0 s of spin left, then two quiet windows
 
 
