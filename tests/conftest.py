@@ -1,5 +1,6 @@
 import os
 
+import pytest
 from hypothesis import settings
 
 pytest_plugins = ["pytester"]
@@ -8,3 +9,13 @@ pytest_plugins = ["pytester"]
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_are_not_xdist_workers(request, monkeypatch):
+    """Under `pytest -n N` each worker has PYTEST_XDIST_WORKER set, and pytester's in-process runs
+    inherit it: pytest-benchmark then takes the inner run for an xdist worker and disables itself
+    (no bench.json: the bridge tests failed under -n 2 only), and perfgate.machine.cpu_use picks
+    the wrong process root. An inner run is not a worker; tests that want xdist pass -n themselves."""
+    if "pytester" in request.fixturenames:
+        monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
