@@ -306,3 +306,62 @@ def test_power_schedules_a_equals_a_apart_from_the_detections():
 def test_power_refuses_a_negative_aa_repeats(capsys):
     assert main(["power", "--aa-repeats", "-1", "--", "perf/"]) == 2
     assert "--aa-repeats must be >= 0" in capsys.readouterr().err
+
+
+SLEEPY_TEST = textwrap.dedent('''
+    import os, time
+
+    def test_sleepy(perf):
+        # a fixed wall time per run, so the pace of the rounds is known to the test
+        time.sleep(float(os.environ.get("SLEEPY_S", "1.0")))
+        perf.record("time_s", 1.0, unit="s", better="lower")
+''')
+
+
+@pytest.fixture
+def sleepy_project(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
+    (tmp_path / "perf" / "demo").mkdir(parents=True)
+    (tmp_path / "perf" / "demo" / "test_sleepy.py").write_text(SLEEPY_TEST)
+    return tmp_path
+
+
+def test_power_time_limit_stops_before_rounds_that_cannot_finish(sleepy_project, capsys):
+    """A fresh 1xH200 lease ran one A/B's rounds at ~97 s each under a 300 s call limit: 3 of 4 rounds
+    ran and none counted. With --time-limit the first round's pace (two runs of >= 1 s here) says the
+    other three cannot fit in 4 s: power stops before them, exit 3, the reason in the counts file."""
+    save = sleepy_project / "counts.json"
+    code = main(["power", "--root", str(sleepy_project), "--hardware-id", "cpu-Test-2c", "--knob", "SLEEPY_S",
+                 "--slowdowns", "1.5", "--repeats", "1", "--aa-repeats", "0", "--rounds", "4",
+                 "--time-limit", "4", "--save", str(save), "--", "perf/demo/test_sleepy.py", "-q"])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert err.count("round 1/4 done") == 1 and "round 2/4" not in err
+    assert "stopped by --time-limit in A/B 1 of 1 (not counted): stopped after 1 of 4 rounds" in err
+    doc = json.loads(save.read_text())
+    assert (doc["complete"], doc["ab_runs_done"], doc["ab_runs_planned"]) == (False, 0, 1)
+    assert doc["stopped"].startswith("stopped by --time-limit") and doc["metrics"] == []
+
+
+def test_ab_time_limit_is_an_error_naming_the_pace(sleepy_project, capsys):
+    code = main(["ab", "--root", str(sleepy_project), "--hardware-id", "cpu-Test-2c", "--rounds", "4",
+                 "--time-limit", "3", "--", "perf/demo/test_sleepy.py", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "stopped after 1 of 4 rounds: the other 3 need ~" in err and "left of the time limit" in err
+
+
+def test_power_starts_no_ab_the_pace_says_cannot_finish():
+    from perfgate.commands import power
+
+    assert power.next_ab_fits([], 0.0)  # the first A/B always starts; its rounds are checked one by one
+    assert power.next_ab_fits([100.0, 120.0], 110.0)
+    assert not power.next_ab_fits([100.0, 120.0], 109.0)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "inf", "nan", "soon"])
+def test_time_limit_must_be_a_positive_number_of_seconds(value, capsys):
+    for cmd in ("ab", "power"):
+        with pytest.raises(SystemExit):
+            main([cmd, "--time-limit", value, "--", "perf/"])
+        assert "--time-limit" in capsys.readouterr().err

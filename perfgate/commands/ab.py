@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +30,34 @@ from perfgate.report.textable import stdout_width
 from perfgate.store.results import MetricResult, area_of
 
 _OWN_OPTIONS = {"--a-python", "--b-python", "--a-env", "--b-env", "--rounds", "--threshold", "--confidence",
-                "--save", "--keep", "--root", "--hardware-id"}
+                "--save", "--keep", "--root", "--hardware-id", "--time-limit"}
 
 
 class ABError(ValueError):
     """A round produced no results or the options cannot describe two environments."""
+
+
+class OutOfTime(ABError):
+    """The rounds left cannot finish before the deadline: stopped before starting them.
+
+    An A/B cut short has no verdict, so the rounds it would still run are device time spent for
+    nothing (a lent GPU's call limit, a CI job's timeout). Raised between rounds, never inside one."""
+
+    def __init__(self, needed_s: float, left_s: float, rounds_done: int, rounds: int):
+        self.needed_s, self.left_s, self.rounds_done, self.rounds = needed_s, left_s, rounds_done, rounds
+        super().__init__(f"stopped after {rounds_done} of {rounds} rounds: the other {rounds - rounds_done} need "
+                         f"~{needed_s:.0f} s at the pace so far, {max(left_s, 0):.0f} s are left of the time limit")
+
+
+def time_limit(text: str) -> float:
+    """``--time-limit`` in seconds: a positive finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (value > 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: the time limit must be a positive number of seconds")
+    return value
 
 
 def register(sub) -> None:
@@ -54,6 +78,9 @@ def register(sub) -> None:
     p.add_argument("--keep", type=Path, help="keep each round's results JSON in this folder")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
+    p.add_argument("--time-limit", type=time_limit, metavar="SECONDS",
+                   help="stop (exit 2) before a round that the rounds so far say cannot finish in time, "
+                        "rather than spend the time on an A/B with no verdict")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="tests and pytest options, e.g. -m cpu perf/")
     p.set_defaults(func=run)
 
@@ -153,18 +180,32 @@ def _side_text(python: str, env: dict[str, str]) -> str:
 
 
 def measure(sides: dict[str, tuple[str, dict[str, str]]], rounds: int, pytest_args: list[str], *, root: Path,
-            hardware_id: str | None = None, keep: Path | None = None) -> tuple[dict[str, list[dict]], str]:
-    """Run the rounds (A B, B A, ...) and return each side's results documents and the hardware id."""
+            hardware_id: str | None = None, keep: Path | None = None,
+            deadline: float | None = None) -> tuple[dict[str, list[dict]], str]:
+    """Run the rounds (A B, B A, ...) and return each side's results documents and the hardware id.
+
+    ``deadline`` (a ``time.monotonic()`` value): before each round after the first, the mean round
+    so far times the rounds left must fit before it, or OutOfTime is raised."""
     docs: dict[str, list[dict]] = {"a": [], "b": []}
+    took: list[float] = []
     with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
         folder = keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         for i, pair in enumerate(ab_stats.round_order(rounds)):
+            if deadline is not None and took:
+                needed, left = sum(took) / len(took) * (rounds - i), deadline - time.monotonic()
+                if needed > left:
+                    raise OutOfTime(needed, left, i, rounds)
+            runs = []
             for side in pair:
                 python, env = sides[side]
                 path = folder / f"round{i + 1}-{side}.json"
+                start = time.monotonic()
                 docs[side].append(run_round(python, env, pytest_args, path, root=root, hardware_id=hardware_id))
-            print(f"  round {i + 1}/{rounds} done ({' '.join(s.upper() for s in pair)})", file=sys.stderr)
+                runs.append(time.monotonic() - start)
+            took.append(sum(runs))
+            print(f"  round {i + 1}/{rounds} done ({' '.join(s.upper() for s in pair)}) in "
+                  f"{' + '.join(f'{s:.0f}' for s in runs)} s", file=sys.stderr)
     hw = {d["hardware_id"] for d in docs["a"] + docs["b"]}
     if len(hw) != 1:
         raise ABError(f"rounds report different hardware ids {sorted(hw)}; an A/B runs on one machine")
@@ -193,8 +234,9 @@ def run(args: argparse.Namespace) -> int:
           + ("\n             (A and B are the same environment: an A = A check of the noise)" if same else ""),
           file=sys.stderr)
     order = ab_stats.round_order(args.rounds)
+    deadline = time.monotonic() + args.time_limit if args.time_limit else None
     docs, hardware_id = measure(sides, args.rounds, pytest_args, root=root, hardware_id=args.hardware_id,
-                                keep=args.keep)
+                                keep=args.keep, deadline=deadline)
     flags = " ".join([f"--a-env {k}={v}" for k, v in sides["a"][1].items()]
                      + [f"--b-env {k}={v}" for k, v in sides["b"][1].items()]
                      + ([f"--a-python {args.a_python}"] if args.a_python else [])

@@ -15,7 +15,10 @@ Costly by design: repeats x (1 + slowdowns) x rounds x 2 pytest runs; ``--aa-rep
 A = A count apart (the detections usually need more). Run it on a quiet
 machine, and keep the selection small. Nothing measured is lost to a time limit: ``--save`` is
 rewritten after every A/B (``"complete": false`` until the last), and ``--keep`` keeps every
-round's results document, one folder per repeat and condition.
+round's results document, one folder per repeat and condition. ``--time-limit SECONDS`` (a lent GPU's
+call limit, a CI job's timeout) starts no A/B and no round that the pace so far says cannot finish: an
+A/B cut short has no verdict, so its rounds would be time spent for nothing; what is done is saved
+with ``"complete": false`` and the reason under ``"stopped"``, and the exit status is 3.
 
 ``--tally COUNTS...`` measures nothing: it adds up the counts files ``--save`` wrote, complete or
 cut short, for one selection measured on several leases or in several sessions (a GPU session's
@@ -29,6 +32,7 @@ import json
 import math
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +47,7 @@ from perfgate.store.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 _OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--aa-repeats", "--rounds", "--threshold", "--confidence",
-                "--save", "--root", "--hardware-id", "--tally"}
+                "--save", "--root", "--hardware-id", "--tally", "--time-limit"}
 _SAME_IN_EVERY_FILE = ("knob", "rounds", "threshold", "pytest_args", "conditions")
 
 
@@ -67,6 +71,9 @@ def register(sub) -> None:
     p.add_argument("--keep", type=Path, help="keep every round's results JSON under this folder")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
+    p.add_argument("--time-limit", type=ab_cmd.time_limit, metavar="SECONDS",
+                   help="start no A/B (and no round) that the pace so far says cannot finish in this many seconds "
+                        "from the start; what is done is saved with \"complete\": false, exit 3")
     p.add_argument("--tally", type=Path, nargs="+", metavar="COUNTS",
                    help="measure nothing: add up counts files written by --save (several leases or sessions "
                         "of one selection) and print their table")
@@ -277,12 +284,19 @@ def schedule(repeats: int, aa_repeats: int, conditions) -> list[tuple[int, str]]
             if rep < (aa_repeats if cond == "A = A" else repeats)]
 
 
-def _document(args, pytest_args, conditions, counts, done: int, total: int) -> dict:
+def _document(args, pytest_args, conditions, counts, done: int, total: int, stopped: str | None = None) -> dict:
     return {"repeats": args.repeats, "aa_repeats": args.repeats if args.aa_repeats is None else args.aa_repeats,
             "rounds": args.rounds, "threshold": args.threshold,
             "knob": args.mutation or args.knob, "conditions": conditions, "pytest_args": pytest_args,
             "ab_runs_done": done, "ab_runs_planned": total, "complete": done == total,
+            **({"stopped": stopped} if stopped else {}),
             "metrics": _metrics_section(counts)}
+
+
+def next_ab_fits(durations: list[float], left_s: float) -> bool:
+    """Whether another A/B fits in ``left_s``, at the mean pace of the A/Bs done (the first always starts:
+    its rounds are checked one by one)."""
+    return not durations or sum(durations) / len(durations) <= left_s
 
 
 def run(args: argparse.Namespace) -> int:
@@ -307,21 +321,43 @@ def run(args: argparse.Namespace) -> int:
     per_condition: dict[str, list[list[MetricResult]]] = {c: [] for c in conditions}
     plan = schedule(args.repeats, aa_repeats, conditions)
     total = len(plan)
+    deadline = time.monotonic() + args.time_limit if args.time_limit else None
+    durations: list[float] = []
+    stopped = None
+    done = 0
     for done, (rep, cond) in enumerate(plan):
+        if deadline is not None and not next_ab_fits(durations, deadline - time.monotonic()):
+            stopped = (f"stopped by --time-limit before A/B {done + 1} of {total}: one A/B took "
+                       f"~{sum(durations) / len(durations):.0f} s, {max(deadline - time.monotonic(), 0):.0f} s were left")
+            break
         env = conditions[cond]
         shown = " ".join(f"{k}={v}" for k, v in env.items()) or "B = A"
         print(f"repeat {rep + 1}/{max(args.repeats, aa_repeats)}, {cond} ({shown}), A/B {done + 1}/{total}:",
               file=sys.stderr)
         keep = args.keep / f"repeat{rep + 1}-{'AeqA' if not env else cond}" if args.keep else None
-        docs, _ = ab_cmd.measure({"a": (python, {}), "b": (python, env)}, args.rounds, pytest_args, root=root,
-                                 hardware_id=args.hardware_id, keep=keep)
+        start = time.monotonic()
+        try:
+            docs, _ = ab_cmd.measure({"a": (python, {}), "b": (python, env)}, args.rounds, pytest_args, root=root,
+                                     hardware_id=args.hardware_id, keep=keep, deadline=deadline)
+        except ab_cmd.OutOfTime as exc:
+            stopped = f"stopped by --time-limit in A/B {done + 1} of {total} (not counted): {exc}"
+            break
+        durations.append(time.monotonic() - start)
         per_condition[cond].append(ab_cmd.compare(docs["a"], docs["b"], threshold=args.threshold,
                                                   confidence=args.confidence, rerun=""))
         if args.save:
             write_json_atomic(args.save, _document(args, pytest_args, conditions, tally(per_condition),
                                                    done + 1, total))
+    else:
+        done = total
+    if stopped:
+        print(f"perfgate power: {stopped}", file=sys.stderr)
+        if args.save:  # the reason goes into the file too; its counts are those of the last A/B written
+            write_json_atomic(args.save, _document(args, pytest_args, conditions, tally(per_condition),
+                                                   done, total, stopped))
     _print_table(tally(per_condition), conditions,
-                 f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold {args.threshold * 100:g}%")
+                 f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold {args.threshold * 100:g}%"
+                 + (f" ({done} of {total} A/Bs: stopped by --time-limit)" if stopped else ""))
     if args.save:
         print(f"saved {args.save}")
-    return 0
+    return 3 if stopped else 0
