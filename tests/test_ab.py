@@ -132,12 +132,17 @@ GLOO_TEST = textwrap.dedent('''
 ''')
 
 
+def _demo_project(root, name: str, text: str):
+    """A project of one perf test, perf/demo/<name>, with its baselines folder named."""
+    (root / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
+    (root / "perf" / "demo").mkdir(parents=True)
+    (root / "perf" / "demo" / name).write_text(text)
+    return root
+
+
 @pytest.fixture
 def gloo_project(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
-    (tmp_path / "perf" / "demo").mkdir(parents=True)
-    (tmp_path / "perf" / "demo" / "test_gloo.py").write_text(GLOO_TEST)
-    return tmp_path
+    return _demo_project(tmp_path, "test_gloo.py", GLOO_TEST)
 
 
 def _ab(project, *options):
@@ -320,10 +325,7 @@ SLEEPY_TEST = textwrap.dedent('''
 
 @pytest.fixture
 def sleepy_project(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
-    (tmp_path / "perf" / "demo").mkdir(parents=True)
-    (tmp_path / "perf" / "demo" / "test_sleepy.py").write_text(SLEEPY_TEST)
-    return tmp_path
+    return _demo_project(tmp_path, "test_sleepy.py", SLEEPY_TEST)
 
 
 def test_power_time_limit_stops_before_rounds_that_cannot_finish(sleepy_project, capsys):
