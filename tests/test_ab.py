@@ -308,9 +308,23 @@ def test_power_schedules_a_equals_a_apart_from_the_detections():
     assert power.schedule(3, 3, conditions) == [(r, c) for r in range(3) for c in conditions]  # as before
 
 
-def test_power_refuses_a_negative_aa_repeats(capsys):
-    assert main(["power", "--aa-repeats", "-1", "--", "perf/"]) == 2
-    assert "--aa-repeats must be >= 0" in capsys.readouterr().err
+@pytest.mark.parametrize("argv, message", [
+    (["--aa-repeats", "-1"], "--aa-repeats must be >= 0"),
+    (["--repeats", "-1"], "--repeats must be >= 0"),
+    (["--repeats", "0", "--aa-repeats", "0"], "nothing to measure"),
+    (["--repeats", "0"], "nothing to measure"),  # --aa-repeats defaults to --repeats
+])
+def test_power_refuses_bad_repeat_counts(capsys, argv, message):
+    assert main(["power", *argv, "--", "perf/"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_power_schedules_only_a_equals_a_with_repeats_0():
+    """A session whose tally lacks only A = A runs asks --repeats 0 --aa-repeats N (on 2026-12-04 an H200
+    call was spent learning that --repeats 0 was refused)."""
+    from perfgate.commands import power
+
+    assert power.schedule(0, 2, {"A = A": {}, "x1.05": {"K": "0.05"}}) == [(0, "A = A"), (1, "A = A")]
 
 
 SLEEPY_TEST = textwrap.dedent('''

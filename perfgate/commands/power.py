@@ -60,7 +60,8 @@ def register(sub) -> None:
     knob.add_argument("--mutation", help="a graded test-only mutation instead (perfgate.mutations), e.g. "
                       "gpu_step_slowdown: factor 1.05 sets PERFGATE_TEST_MUTATION=gpu_step_slowdown:0.05")
     p.add_argument("--slowdowns", default="1.05,1.1,1.25", help="comma-separated factors (default 1.05,1.1,1.25)")
-    p.add_argument("--repeats", type=int, default=5, help="A/B runs per condition (default 5)")
+    p.add_argument("--repeats", type=int, default=5, help="A/B runs per slowdown (default 5); 0 with "
+                   "--aa-repeats N measures only the A = A runs a tally still lacks")
     p.add_argument("--aa-repeats", type=int, metavar="N",
                    help="A = A runs (default: --repeats); fewer spends the time on detections, 0 measures none")
     p.add_argument("--rounds", type=int, default=8, help=f"rounds per A/B (default 8): even, at least "
@@ -304,11 +305,13 @@ def run(args: argparse.Namespace) -> int:
         if args.pytest_args:
             raise ValueError("--tally adds up saved counts and measures nothing: give it no tests")
         return tally_files(args)
-    if args.repeats < 1:
-        raise ValueError("--repeats must be >= 1")
+    if args.repeats < 0:
+        raise ValueError(f"--repeats must be >= 0, got {args.repeats}")
     aa_repeats = args.repeats if args.aa_repeats is None else args.aa_repeats
     if aa_repeats < 0:
         raise ValueError(f"--aa-repeats must be >= 0, got {aa_repeats}")
+    if args.repeats == 0 and aa_repeats == 0:
+        raise ValueError("nothing to measure: --repeats 0 needs --aa-repeats N >= 1 (A = A runs only)")
     if args.rounds < ab_stats.MIN_ROUNDS:
         raise ValueError(f"--rounds must be >= {ab_stats.MIN_ROUNDS}")
     if args.rounds % 2:
