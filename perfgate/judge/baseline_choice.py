@@ -96,14 +96,17 @@ class BaselineChooser:
         self.store = store
         self.hardware_id = hardware_id
         self._fingerprint = fingerprint  # called only once a baseline is found: it may ask torch
-        self._diffs: dict[tuple[str, str], FingerprintDiff] = {}
+        self._diffs: dict[tuple[str, str, str | None], FingerprintDiff] = {}
         self._family: list[str] | None = None
         self._any: list[str] | None = None
 
-    def diff(self, hardware_id: str, area: str) -> FingerprintDiff:
-        key = (hardware_id, area)
+    def diff(self, hardware_id: str, area: str, machine: str | None = None) -> FingerprintDiff:
+        """This machine against the one a baseline entry was measured on: the file's ``fingerprint``,
+        or ``machine``, the entry's key in the file's ``fingerprints`` table (BaselineStore.write)."""
+        key = (hardware_id, area, machine)
         if key not in self._diffs:
-            stored = self.store.document(hardware_id, area).get("fingerprint")
+            doc = self.store.document(hardware_id, area)
+            stored = (doc.get("fingerprints") or {}).get(machine) if machine else doc.get("fingerprint")
             self._diffs[key] = compare(stored, self._fingerprint())
         return self._diffs[key]
 
@@ -125,7 +128,7 @@ class BaselineChooser:
         area = area_of(test_id)
         entry = self.store.lookup(self.hardware_id, area, test_id, metric)
         if entry is not None:
-            return Choice(entry, self.hardware_id, False, self.diff(self.hardware_id, area))
+            return Choice(entry, self.hardware_id, False, self.diff(self.hardware_id, area, entry.fingerprint_key))
         reaches = [(REACH_FAMILY, self.family())] if dependency in FALLS_BACK else []
         if dependency == "nothing":
             reaches.append((REACH_ANY, self.any_other()))
@@ -133,7 +136,7 @@ class BaselineChooser:
             for other in ids:
                 entry = self.store.lookup(other, area, test_id, metric)
                 if entry is not None:
-                    return Choice(entry, other, True, self.diff(other, area), reach)
+                    return Choice(entry, other, True, self.diff(other, area, entry.fingerprint_key), reach)
         return Choice.none()
 
 

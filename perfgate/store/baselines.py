@@ -9,6 +9,8 @@ fails with the path and the fix, never a traceback.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -50,6 +52,9 @@ class BaselineEntry:
     workload: dict | None = None  # what was measured beyond the test id (PerfRecorder.identify)
     depends: str | None = None  # as recorded (perf.record depends=); None: the unit's default
     device_busy: float | None = None  # share of the timed region the device was busy, as recorded
+    # the key in the file's ``fingerprints`` table of the machine this entry was measured on; None: the
+    # file's own ``fingerprint`` (see BaselineStore.write: set only where a later merge brought another)
+    fingerprint_key: str | None = None
 
     def to_dict(self) -> dict:
         d = {"unit": self.unit, "better": self.better, "tol": self.tol, "summary": self.summary.to_dict(),
@@ -63,6 +68,8 @@ class BaselineEntry:
         if self.workload:
             d["workload"] = dict(self.workload)
         d.update(dependence_fields(self))
+        if self.fingerprint_key:
+            d["fingerprint_key"] = self.fingerprint_key
         return d
 
     @classmethod
@@ -72,7 +79,8 @@ class BaselineEntry:
                    software=d.get("software"), source=d.get("source"), spread=d.get("spread"),
                    runs=tuple(d.get("runs") or ()), workload=d.get("workload") or None,
                    depends=check_depends(d.get("depends"), "depends"),
-                   device_busy=check_device_busy(d.get("device_busy"), "device_busy"))
+                   device_busy=check_device_busy(d.get("device_busy"), "device_busy"),
+                   fingerprint_key=d.get("fingerprint_key") or None)
 
     @property
     def is_imported(self) -> bool:
@@ -85,6 +93,48 @@ def _can_be_id(name: str) -> bool:
     except HardwareIdError:
         return False
     return True
+
+
+def fingerprint_key(fingerprint: dict) -> str:
+    """A short name for a fingerprint in a baseline file's ``fingerprints`` table (its content's hash)."""
+    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def machines_of_kept(kept: dict[str, dict], old: dict, fingerprint: dict | None
+                     ) -> tuple[dict[str, dict], dict[str, dict], dict | None]:
+    """(kept entries, ``fingerprints`` table, the file's ``fingerprint``) for a merge that writes new
+    entries measured on ``fingerprint`` beside ``kept`` ones (raw dicts) of the old file ``old``.
+
+    Why: a file holds one fingerprint, and the gate compares each entry's machine with this one
+    through it. A partial refresh (``--test``, ``--metric``, one area's tests) from another machine of
+    the id (another CPU generation, GPU clocks, SMT) used to overwrite it, and the entries it kept then
+    claimed the new machine: judged as comparable where they are not, or the other way round. Now a
+    kept entry whose machine differs (in a field the gate compares) from the new one names its own
+    machine in the table; where it is the same as the new one, it needs no name. ``fingerprint``
+    None (an import that knows no machine) keeps the old one as it was."""
+    from perfgate.judge.fingerprint_check import compare
+
+    old_default = old.get("fingerprint")
+    table = dict(old.get("fingerprints") or {})
+    default = old_default if fingerprint is None else fingerprint
+
+    def same(a: dict, b: dict) -> bool:  # neither differs from the other in a compared field, nor lacks one
+        there, back = compare(a, b), compare(b, a)
+        return not (there.relevant or back.relevant or there.unverified or back.unverified)
+    out: dict[str, dict] = {}
+    for test, metrics in kept.items():
+        for metric, e in metrics.items():
+            key = e.get("fingerprint_key")
+            # an entry of a file that knew no machine keeps not knowing ({}: every field unverified)
+            machine = (table.get(key) if key else old_default) or {}
+            e = {k: v for k, v in e.items() if k != "fingerprint_key"}
+            if default is not None and not same(machine, default):
+                name = fingerprint_key(machine)
+                table[name] = machine
+                e["fingerprint_key"] = name
+            out.setdefault(test, {})[metric] = e
+    used = {e["fingerprint_key"] for m in out.values() for e in m.values() if "fingerprint_key" in e}
+    return out, {k: v for k, v in sorted(table.items()) if k in used}, default
 
 
 def now_iso() -> str:
@@ -168,12 +218,17 @@ class BaselineStore:
                                 f"never writes through one: replace it with the file (`git checkout`) or remove it")
             current = read_in(folder, path.name)
             old = self._read(path) if current is not None else {}
-            merged: dict[str, dict] = {} if replace else {t: dict(m) for t, m in old.get("entries", {}).items()}
+            kept: dict[str, dict] = {} if replace else {t: dict(m) for t, m in old.get("entries", {}).items()}
+            for test, metrics in entries.items():  # an entry written now is measured on ``fingerprint``
+                for m in metrics:
+                    kept.get(test, {}).pop(m, None)
+            merged, table, default = machines_of_kept(kept, old, fingerprint)
             for test, metrics in entries.items():
                 merged.setdefault(test, {}).update({m: e.to_dict() for m, e in metrics.items()})
             doc = {"schema_version": SCHEMA_VERSION, "kind": KIND, "hardware_id": hardware_id, "area": area,
-                   "updated": now_iso(), "fingerprint": fingerprint or old.get("fingerprint"),
-                   "entries": dict(sorted(merged.items()))}
+                   "updated": now_iso(), "fingerprint": default,
+                   **({"fingerprints": table} if table else {}),
+                   "entries": dict(sorted((t, m) for t, m in merged.items() if m))}
             # never write what the reader would refuse (the writer's checks should have said which number first)
             check_baseline_document(Checker(path, fix="this is a bug in the writer's checks: nothing was written",
                                             error=BaselineError), doc)

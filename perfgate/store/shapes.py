@@ -133,9 +133,17 @@ def check_workload(c: Checker, value: Any, key: str) -> None:
 def check_baseline_document(c: Checker, doc: dict) -> None:
     """``entries`` maps test id -> metric -> entry (``kind``/``schema_version`` are checked by the caller)."""
     check_fingerprint(c, doc.get("fingerprint"), "fingerprint")
+    machines = c.table(doc.get("fingerprints"), "fingerprints", optional=True)
+    for name, fp in machines.items():
+        check_fingerprint(c, fp, f"fingerprints[{name!r}]")
     for test, metrics in c.table(doc.get("entries"), "entries").items():
         for metric, entry in c.table(metrics, f"entries[{test!r}]").items():
             check_baseline_entry(c, entry, f"entries[{test!r}][{metric!r}]")
+            key = c.string(entry.get("fingerprint_key"), f"entries[{test!r}][{metric!r}].fingerprint_key",
+                           optional=True)
+            if key is not None and key not in machines:
+                c.fail(f"entries[{test!r}][{metric!r}].fingerprint_key",
+                       f"names {shown(key)}, which the file's 'fingerprints' table does not hold")
 
 
 def check_verdict(c: Checker, value: Any, key: str) -> None:
