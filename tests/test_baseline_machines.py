@@ -60,22 +60,23 @@ def test_a_partial_refresh_from_another_host_keeps_the_old_entries_machine(tmp_p
     assert host_diff(store, 16, T2) == [] and host_diff(store, 16, T1) == ["cpu.cores: 32 (baseline) -> 16 (here)"]
 
 
-def test_refreshing_the_kept_entry_on_the_new_host_drops_its_name_and_the_table(tmp_path):
+def refreshed_twice(tmp_path, test: str, cores: int) -> dict:
+    """The file after both entries on the 32-core host, mb8 on the 16-core one, then ``test`` on ``cores``."""
     store = BaselineStore(tmp_path)
     store.write(HW, AREA, both(), fingerprint=machine(32))
     store.write(HW, AREA, {T2: {"step_ms": entry(310.0)}}, fingerprint=machine(16))
-    store.write(HW, AREA, {T1: {"step_ms": entry(151.0)}}, fingerprint=machine(16))
-    doc = json.loads((tmp_path / HW / f"{AREA}.json").read_text())
+    store.write(HW, AREA, {test: {"step_ms": entry(300.0)}}, fingerprint=machine(cores))
+    return json.loads((tmp_path / HW / f"{AREA}.json").read_text())
+
+
+def test_refreshing_the_kept_entry_on_the_new_host_drops_its_name_and_the_table(tmp_path):
+    doc = refreshed_twice(tmp_path, T1, 16)
     assert "fingerprints" not in doc
     assert all("fingerprint_key" not in m["step_ms"] for m in doc["entries"].values())
 
 
 def test_a_partial_refresh_back_on_the_first_host_unnames_what_matches_it(tmp_path):
-    store = BaselineStore(tmp_path)
-    store.write(HW, AREA, both(), fingerprint=machine(32))
-    store.write(HW, AREA, {T2: {"step_ms": entry(310.0)}}, fingerprint=machine(16))
-    store.write(HW, AREA, {T2: {"step_ms": entry(300.0)}}, fingerprint=machine(32))
-    doc = json.loads((tmp_path / HW / f"{AREA}.json").read_text())
+    doc = refreshed_twice(tmp_path, T2, 32)
     assert "fingerprints" not in doc and doc["fingerprint"] == machine(32)
 
 
