@@ -1,6 +1,6 @@
 """The report a person reads, rendered from real results files of the whole CPU suite.
 
-results-store/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json is a CI run of the whole CPU suite (743 metrics) with
+results-store/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json.gz is a CI run of the whole CPU suite (743 metrics) with
 one real gated regression (the C=8 concurrency-sweep throughput ratio against the
 tolerance of that day) and 17 recorded-only gloo timings beyond tolerance; the other ci-*
 files are clean runs. Expected counts are computed here from the raw JSON, not through
@@ -24,9 +24,9 @@ from perfgate.report.textable import DEFAULT_LOG_WIDTH, cells, resolve_width
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "results-store" / "cpu-AMD-EPYC-isaunknown-2c"
-WITH_REGRESSION = RUNS / "ci-4e77f1c.json"
-CLEAN = RUNS / "ci-d75f473-no-crosscheck.json"
-FIRST_RUN = RUNS / "collectives-training-offload-2026-11-30.json"  # every metric new
+WITH_REGRESSION = RUNS / "ci-4e77f1c.json.gz"
+CLEAN = RUNS / "ci-d75f473-no-crosscheck.json.gz"
+FIRST_RUN = RUNS / "collectives-training-offload-2026-11-30.json.gz"  # every metric new
 WIDTHS = (80, 100, 200)
 HEADERS = ("metric", "baseline", "current", "unit", "change", "tol", "verdict")
 
@@ -193,7 +193,7 @@ def _cli(*args: str, columns: str | None):
 @pytest.mark.parametrize("columns", [None, "80", "100", "200"])
 def test_compare_of_a_whole_suite_run_fits_the_width(columns):
     """`perfgate compare` in a pipe (no TTY): was 3950 lines with one-character number columns."""
-    old, new = RUNS / "ci-114feea-no-crosscheck.json", WITH_REGRESSION
+    old, new = RUNS / "ci-114feea-no-crosscheck.json.gz", WITH_REGRESSION
     out = _cli("compare", str(old), str(new), columns=columns)
     assert out.returncode in (0, 1), out.stderr
     lines = out.stdout.splitlines()
@@ -216,7 +216,7 @@ def test_compare_into_a_pipe_its_reader_closed_ends_quietly():
     """`perfgate compare A B | head -3`: the reader leaves early. No traceback and no
     'Broken pipe' error, SIGPIPE's exit status (141) as any pipeline writer's."""
     env = dict(os.environ, COLUMNS="200")
-    proc = subprocess.Popen([sys.executable, "-m", "perfgate.cli", "compare", str(RUNS / "ci-114feea-no-crosscheck.json"),
+    proc = subprocess.Popen([sys.executable, "-m", "perfgate.cli", "compare", str(RUNS / "ci-114feea-no-crosscheck.json.gz"),
                              str(WITH_REGRESSION), "--root", str(ROOT)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=ROOT)
     proc.stdout.close()  # the reader is gone before the first line is written
@@ -229,8 +229,8 @@ def test_refresh_into_a_pipe_that_closes_writes_all_areas_or_none(tmp_path):
     """`perfgate refresh --yes RESULTS | head`: a reader that leaves before the writes ends the
     command before any (SIGPIPE's 141, as any pipeline writer); one that leaves after the first
     'wrote' line must not stop the other areas' writes half way (interrupts.say_while_writing)."""
-    run = RUNS / "ci-114feea-no-crosscheck.json"
-    doc = json.loads(run.read_text())
+    run = RUNS / "ci-114feea-no-crosscheck.json.gz"
+    doc = results_mod.load(run)
     areas = {r["area"] for r in doc["results"]}
     assert len(areas) > 1
 
@@ -318,7 +318,7 @@ def test_calibrate_table_from_ten_real_runs(width):
     from perfgate.commands import calibrate as cal
     from perfgate.judge.config import load_settings
 
-    docs = [results_mod.load(p) for p in sorted(RUNS.glob("ten-run-check-r*.json"))]
+    docs = [results_mod.load(p) for p in sorted(RUNS.glob("ten-run-check-r*.json.gz"))]
     assert len(docs) == 10
     settings = load_settings(ROOT, hardware_id=docs[0]["hardware_id"])
     cals = cal.calibrate_docs(docs, settings, k=3, floor=0.02, fraction_floor=0.01)
@@ -336,7 +336,7 @@ def test_refresh_diff_of_a_whole_suite_run(width, tmp_path):
                          env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": str(width)}, stdin=subprocess.DEVNULL)
     assert out.returncode == 1 and "not written: pass --yes" in out.stderr  # no terminal: shows, writes nothing
     lines = out.stdout.splitlines()
-    doc = json.loads(WITH_REGRESSION.read_text())
+    doc = results_mod.load(WITH_REGRESSION)
     rows = [[run_report.fmt_number(r["summary"]["median"]), r["unit"]] for r in doc["results"]]
     for line in lines:
         assert cells(line) <= width, line
@@ -350,7 +350,7 @@ def test_the_report_guide_shows_the_render_of_its_named_results_file():
     """docs/reading-the-report.md's example is this file's render at 100 columns, not a sketch."""
     guide = (ROOT / "docs" / "reading-the-report.md").read_text()
     section = guide.split("## An example", 1)[1]
-    assert "results-store/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json" in section.split("```", 1)[0]
+    assert "results-store/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json.gz" in section.split("```", 1)[0]
     block = section.split("```\n", 2)[1].rstrip("\n").split("\n```")[0]
     doc, results = load(WITH_REGRESSION)
     lines = run_report.terminal_lines(results, hardware_id=doc["hardware_id"], width=100,

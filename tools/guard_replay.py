@@ -2,7 +2,7 @@
 """Replay the gross-change guard over saved runs of one machine: would it have fired on unchanged code?
 
     python tools/guard_replay.py results-store/cpu-AMD-EPYC-isaunknown-2c --hardware-id cpu-AMD-EPYC-isaunknown-2c \
-        --pooled 'ci-*.json' --against-committed 'ten-run-check-*.json' 'collectives-training-offload-*.json'
+        --pooled 'ci-*.json*' --against-committed 'ten-run-check-*.json*' 'collectives-training-offload-*.json*'
 
 Runs matching --pooled are judged leave-one-out (each against a baseline pooled from the others:
 out of sample, as a future run meets a committed baseline); runs matching --against-committed
