@@ -8,33 +8,75 @@ would show it while a device-bound one would hide it behind queued work. This is
 a device-bound step slows by the fraction, a host-bound one may absorb it in its idle gaps --
 which is exactly what a real device-side regression does.
 
-Calibrated once per case from its warm-up steps (their device span, CUDA events) and the measured
+Calibrated once per case from its warm-up steps (their device span, CUDA events) and the device
 time of one product, so the injected share holds whatever the model and GPU.
+
+One product's time is measured QUEUED behind a device-side spin, so the span between the events is
+the products' own device time. Timed from an idle device instead, a small product measures the
+host's launch rate: on a 1xH200 lease (2026-12-04) ``serving_decode_slowdown:0.05`` timed 512 x 512
+products at about ten times their device time inside the busy vLLM worker, planted 5 of them
+(~0.03 ms, not the 0.27 ms asked for) and TPOT moved +0.5 %, not +5 %. The products are also never
+smaller than ``MIN_N`` (~25 us each on an H200), so even where the burn starts on an idle device
+its launches run ahead of the device and the products go back to back.
 """
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from perfgate.workloads.device_time import event_span_ms
 
+SIZES = (4096, 2048)     # square bf16 products tried, largest first
+MIN_N = SIZES[-1]        # never smaller: smaller products are launch-bound on a busy host
+MIN_PRODUCTS = 10        # the largest size that leaves this many in the target (rounding <= 5 %)
+SPIN_CYCLES = 20_000_000  # the device spin the timed products queue behind (~10 ms at ~2 GHz)
+
 
 @dataclass
 class DeviceBurn:
-    """``run()`` issues ``count`` products of two ``n x n`` bf16 matrices (asynchronously)."""
+    """``run()`` issues ``count`` products of two ``n x n`` bf16 matrices (asynchronously).
+
+    ``target_ms`` is what was asked for, ``device_ms`` what ``count`` products take on the device
+    (``count`` x one product's queued time): the knob reports both, so a run says what it planted."""
 
     a: object
     b: object
     count: int
+    target_ms: float = 0.0
+    device_ms: float = 0.0
+
+    @property
+    def n(self) -> int:
+        return int(self.a.shape[0])
 
     def run(self) -> None:
         for _ in range(self.count):
             self.a @ self.b
 
 
-def _product_ms(a, b, reps: int = 20) -> float:
-    a @ b
+def queued_product_ms(a, b, reps: int = 20) -> float:
+    """Device time of one ``a @ b``: ``reps`` products enqueued behind a device spin, so they run
+    back to back whatever the host's launch rate, between two CUDA events."""
+    import torch
+
+    a @ b  # cuBLAS handle and heuristics out of the timing
+    torch.cuda._sleep(SPIN_CYCLES)
     return event_span_ms(lambda: [a @ b for _ in range(reps)])[1] / reps
+
+
+def choose(target_ms: float, product_ms: Callable[[int], float]) -> tuple[int, int, float]:
+    """(n, count, one product's ms) for a burn of ``target_ms``: the largest size in SIZES that
+    leaves MIN_PRODUCTS products in the target, else the smallest (MIN_N), at least one product."""
+    if not target_ms > 0:
+        raise ValueError(f"a burn needs a positive target, got {target_ms!r} ms")
+    for n in SIZES:
+        one = product_ms(n)
+        if not one > 0:
+            raise ValueError(f"a {n} x {n} product measured {one!r} ms on the device")
+        if target_ms / one >= MIN_PRODUCTS or n == MIN_N:
+            return n, max(1, round(target_ms / one)), one
+    raise AssertionError("unreachable")
 
 
 def calibrate(step_device_ms: list[float], fraction: float, device) -> DeviceBurn:
@@ -42,15 +84,16 @@ def calibrate(step_device_ms: list[float], fraction: float, device) -> DeviceBur
     import torch
 
     target_ms = fraction * statistics.median(step_device_ms)
-    # Largest product that still leaves ~20 of them in the target (fine-grained, few launches).
-    for n in (4096, 2048, 1024, 512):
+    pairs = {}
+
+    def product_ms(n: int) -> float:
         gen = torch.Generator(device=device).manual_seed(1234)
-        a = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=gen)
-        b = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=gen)
-        one = _product_ms(a, b)
-        if target_ms / one >= 20 or n == 512:
-            return DeviceBurn(a, b, max(1, round(target_ms / one)))
-    raise AssertionError("unreachable")
+        pairs[n] = (torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=gen),
+                    torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=gen))
+        return queued_product_ms(*pairs[n])
+
+    n, count, one = choose(target_ms, product_ms)
+    return DeviceBurn(*pairs[n], count=count, target_ms=target_ms, device_ms=count * one)
 
 
 def step_span_ms(fn, device) -> float:

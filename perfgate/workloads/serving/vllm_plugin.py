@@ -64,8 +64,9 @@ class _DecodeBurn:
         if len(self.spans_ms) >= CALIBRATION_STEPS:
             self.burn = device_burn.calibrate(self.spans_ms, self.fraction, torch.cuda.current_device())
             log.warning("perfgate test-only mutation %s:%g: decode step %.3f ms (median of %d), burn of %d "
-                        "bf16 products after each decode forward", MUTATION, self.fraction,
-                        statistics.median(self.spans_ms), len(self.spans_ms), self.burn.count)
+                        "bf16 %dx%d products after each decode forward: %.3f ms on the device (asked %.3f ms)",
+                        MUTATION, self.fraction, statistics.median(self.spans_ms), len(self.spans_ms),
+                        self.burn.count, self.burn.n, self.burn.n, self.burn.device_ms, self.burn.target_ms)
         return out
 
 

@@ -26,6 +26,7 @@ Memory, by source:
 from __future__ import annotations
 
 import gc
+import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -188,6 +189,9 @@ def _warmup(case: BuiltCase, schedule, device: torch.device) -> None:
             spans.append(device_burn.step_span_ms(lambda: case.result.losses.append(case.run_step()), device))
         case.burn = device_burn.calibrate(spans, fraction, device)
         case.result.burn_products = case.burn.count
+        # what was planted, on the device's clock: the asked-for share of the step and the products' time
+        case.result.info["burn_ms"] = {"target": case.burn.target_ms, "device": case.burn.device_ms,
+                                       "n": case.burn.n, "step_median": statistics.median(spans)}
 
 
 def _profiled_steps(case: BuiltCase, schedule, device: torch.device) -> None:
