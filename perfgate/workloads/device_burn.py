@@ -37,18 +37,28 @@ SPIN_CYCLES = 20_000_000  # the device spin the timed products queue behind (~10
 class DeviceBurn:
     """``run()`` issues ``count`` products of two ``n x n`` bf16 matrices (asynchronously).
 
-    ``target_ms`` is what was asked for, ``device_ms`` what ``count`` products take on the device
-    (``count`` x one product's queued time): the knob reports both, so a run says what it planted."""
+    ``target_ms`` is what was asked for (``fraction`` of the median step ``step_ms``), ``device_ms``
+    what ``count`` products take on the device (one product's queued time ``product_ms`` each): the
+    knob reports both, so a run says what it planted."""
 
     a: object
     b: object
     count: int
-    target_ms: float = 0.0
-    device_ms: float = 0.0
+    product_ms: float = 0.0
+    step_ms: float = 0.0
+    fraction: float = 0.0
 
     @property
     def n(self) -> int:
         return int(self.a.shape[0])
+
+    @property
+    def target_ms(self) -> float:
+        return self.fraction * self.step_ms
+
+    @property
+    def device_ms(self) -> float:
+        return self.count * self.product_ms
 
     def run(self) -> None:
         for _ in range(self.count):
@@ -83,7 +93,7 @@ def calibrate(step_device_ms: list[float], fraction: float, device) -> DeviceBur
     """A burn worth ``fraction`` of the median step device time in ``step_device_ms``."""
     import torch
 
-    target_ms = fraction * statistics.median(step_device_ms)
+    step_ms = statistics.median(step_device_ms)
     pairs = {}
 
     def product_ms(n: int) -> float:
@@ -92,8 +102,8 @@ def calibrate(step_device_ms: list[float], fraction: float, device) -> DeviceBur
                     torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=gen))
         return queued_product_ms(*pairs[n])
 
-    n, count, one = choose(target_ms, product_ms)
-    return DeviceBurn(*pairs[n], count=count, target_ms=target_ms, device_ms=count * one)
+    n, count, one = choose(fraction * step_ms, product_ms)
+    return DeviceBurn(*pairs[n], count=count, product_ms=one, step_ms=step_ms, fraction=fraction)
 
 
 def step_span_ms(fn, device) -> float:

@@ -139,10 +139,10 @@ def contained_env(work_dir: Path, extra: Mapping[str, str] | None = None,
     cache.mkdir(parents=True, exist_ok=True)
     if shared_cache is not None:
         for name in SHAREABLE_CACHES:
-            (Path(shared_cache) / name).mkdir(parents=True, exist_ok=True)
-            link = cache / name
+            shared, link = Path(shared_cache) / name, cache / name
+            shared.mkdir(parents=True, exist_ok=True)
             if not link.is_symlink():
-                link.symlink_to((Path(shared_cache) / name).resolve(), target_is_directory=True)
+                link.symlink_to(shared.resolve(), target_is_directory=True)
     env = dict(os.environ)
     env.update({
         "TMPDIR": str(tmp),

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import statistics
 
 from perfgate import mutations
 
@@ -65,7 +64,7 @@ class _DecodeBurn:
             self.burn = device_burn.calibrate(self.spans_ms, self.fraction, torch.cuda.current_device())
             log.warning("perfgate test-only mutation %s:%g: decode step %.3f ms (median of %d), burn of %d "
                         "bf16 %dx%d products after each decode forward: %.3f ms on the device (asked %.3f ms)",
-                        MUTATION, self.fraction, statistics.median(self.spans_ms), len(self.spans_ms),
+                        MUTATION, self.fraction, self.burn.step_ms, len(self.spans_ms),
                         self.burn.count, self.burn.n, self.burn.n, self.burn.device_ms, self.burn.target_ms)
         return out
 
