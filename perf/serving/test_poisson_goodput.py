@@ -39,7 +39,7 @@ def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
                        tpot_ms=max(1.0, p.slo_tpot_x * unloaded_tpot))
     by_frac = {f: [] for f in p.rate_fractions}
     best_rps, best_frac, raw = [], [], []
-    for rep in range(p.reps):
+    for rep in range(p.rate_reps):
         attainment = {}
         for frac in p.rate_fractions:
             seed = 4000 + 100 * rep + int(frac * 100)
