@@ -1,9 +1,12 @@
 """pytest-benchmark tests gated by perfgate (perfgate/benchmark_bridge.py), end to end.
 
 The project below is written the pytest-benchmark way and measures real work (sorting);
-the "3x slower" version sorts three times per call. Its tolerance is 50 % (a shared 2-core
-machine scatters wall times), so a real 3x slowdown fails it, with room for a baseline that
-a neighbour slowed.
+the "4x slower" version sorts four times per call. Its tolerance is 100 %: on a shared 2-core
+VM the same sort read 7.3 ms in one pytest run and 11.0 ms in the next, seconds apart
+(2026-12-04), so at 50 % an A = A run could fail and a 2x slowdown pass (each seen once in
+15 runs of this file). 4x clears 100 % at any such swing. The project raises the gross-change
+guard to 10x (judge/guard.py, 3x by default) so that its last run, which does not gate absolute
+timings on a cpu-* id, shows that and not the guard.
 """
 from __future__ import annotations
 
@@ -39,14 +42,20 @@ baselines = "baselines"
 retries = 1
 
 [tool.perfgate.overrides]
-"*@time_s" = 0.5
+"*@time_s" = 1.0
+
+[tool.perfgate.gross_change]
+factor = 10.0
 """
 
 HW = "--perf-hardware-id=cpu-Test-2c"
-# --perf-preflight=off: these runs check the bridge (a 3x slowdown fails, refresh writes the
+# --perf-preflight=off: these runs check the bridge (a 4x slowdown fails, refresh writes the
 # baseline), not the load watch. With it on, a CI VM's hypervisor steal tainted the slow run's
-# test_sort, which is then not gated and passed (fresh-clone CI, 2026-12-04).
-FAST = ("--benchmark-max-time=0.1", "--benchmark-min-rounds=15", "-p", "no:cacheprovider", "--perf-preflight=off")
+# test_sort, which is then not gated and passed (fresh-clone CI, 2026-12-04). Warm-up: without it the
+# session's first benchmark (test_sort) read 19-26 % above test_sort_pedantic (the same work, which warms
+# up one round).
+FAST = ("--benchmark-max-time=0.1", "--benchmark-min-rounds=15", "--benchmark-warmup=on",
+        "--benchmark-warmup-iterations=5", "-p", "no:cacheprovider", "--perf-preflight=off")
 
 
 @pytest.fixture
@@ -74,8 +83,8 @@ def test_benchmark_tests_become_gated_metrics(project):
     assert {m for t in baseline["entries"].values() for m in t} == {"time_s"}
     assert "benchmark: 2 tests" in res.stdout.str()  # pytest-benchmark's own table is still there
 
-    # The same tests, 3x slower: regression in perfgate's table, after one re-measurement.
-    project.makepyfile(test_bench=BENCH.format(repeat=3))
+    # The same tests, 4x slower: regression in perfgate's table, after one re-measurement.
+    project.makepyfile(test_bench=BENCH.format(repeat=4))
     res = project.runpytest(HW, "--perf-gate=all", "--perf-save=slow.json", *FAST)
     res.assert_outcomes(failed=2)
     out = res.stdout.str()
@@ -83,7 +92,7 @@ def test_benchmark_tests_become_gated_metrics(project):
     slow = _metrics(project.path / "slow.json")
     for key, r in slow.items():
         assert r["verdict"]["outcome"] == "regression" and r["attempts"] == 2, (key, r["verdict"]["outcome"], r["attempts"])
-        assert r["summary"]["median"] > 1.5 * first[key]["summary"]["median"]
+        assert r["summary"]["median"] > 2 * first[key]["summary"]["median"]
 
     # By default absolute timings are recorded, not gated, on cpu-* hardware ids (judge/gate.py).
     res = project.runpytest(HW, *FAST)
@@ -91,7 +100,9 @@ def test_benchmark_tests_become_gated_metrics(project):
 
 
 def test_benchmark_tests_are_timed_by_perfgate_under_xdist(project):
-    project.runpytest(HW, "--perf-gate=all", "--perf-refresh", *FAST).assert_outcomes(passed=2)
+    # This checks perfgate's own timing, A = A, so the baseline is measured under xdist too: two workers
+    # on two cores read test_sort up to +51 % above a serial run's (2026-12-04).
+    project.runpytest_subprocess(HW, "--perf-gate=all", "--perf-refresh", "-n", "2", *FAST).assert_outcomes(passed=2)
     res = project.runpytest_subprocess(HW, "--perf-gate=all", "-n", "2", "--perf-save=xdist.json", *FAST)
     res.assert_outcomes(passed=2)
     out = res.stdout.str()
