@@ -113,8 +113,8 @@ CPU_PROFILE = ServingProfile(
     input_len=128, output_len=32, concurrency=(1, 2, 4, 8), requests_per_slot=4, min_requests=6, reps=5,
     # The rate sweep and the cross-check gate nothing on 2 vCPUs (baselines/cpu-*/tolerances.toml, bench_bounds
     # below): there they check that the open loop, the SLO goodput and `vllm bench serve` run end to end on the
-    # real server, which two repetitions / rounds show as well as five / three did, in ~190 s less of CI
-    # (228 s and 172 s in the fresh-clone CI of faa60e9).
+    # real server, which two repetitions / rounds show as well as five / three did: 228 -> 95 s and
+    # 172 -> 70 s in the fresh-clone CIs of faa60e9 and 33e5f4d.
     rate_fractions=(0.25, 0.5, 1.0, 1.5), rate_requests=24, rate_max_concurrency=64, rate_reps=2,
     slo=None, slo_ttft_x=4.0, slo_tpot_x=2.5, min_attainment=0.9,
     prefix_len=1024, suffix_len=32, prefix_output_len=8, prefix_requests=16, num_prefixes=2,
