@@ -119,3 +119,41 @@ def test_calibrate_end_to_end_writes_spread_into_the_baseline(tmp_path, capsys):
     assert speed["tol"] == spread["proposed_tol"]
     hit = doc["entries"]["perf/demo/test_demo.py::test_speed"]["hit_rate"]
     assert hit["spread"]["absolute"] is True and hit["spread"]["proposed_tol"] >= 0.01
+
+
+def _saved(tmp_path, name, medians_by_metric):
+    path = tmp_path / f"{name}.json"
+    results_mod.save(path, _doc(medians_by_metric))
+    return path
+
+
+def test_calibrate_from_saved_runs_judges_each_run_against_the_others(tmp_path, capsys):
+    """Three saved runs (say, three leases) of which one reads 20 % lower: calibrate --from proposes
+    from their spread and says which held-out run the gate would fail, under the id's own tolerances."""
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
+    key = ("perf/demo/test_a.py::test_a", "speedup", "x")
+    files = [_saved(tmp_path, f"lease{i}", {key: m}) for i, m in enumerate((100, 101, 80))]
+    code = main(["calibrate", "--root", str(tmp_path), "--from", *map(str, files)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "perfgate calibrate: cpu-Test-2c, 3 saved runs" in out
+    assert "1 would fail" in out and "lease2.json: test_a speedup: worse by +20.4%" in out
+    assert "!+20.4%" in out  # the held-out column: lease 2 (80) against leases 0 and 1 pooled (100.5)
+    # the id's own tolerances.toml is what the runs are held to (calibrate read only the shared one before)
+    (tmp_path / "baselines" / "cpu-Test-2c").mkdir(parents=True)
+    (tmp_path / "baselines" / "cpu-Test-2c" / "tolerances.toml").write_text(
+        '[overrides]\n"perf/demo/*@speedup" = 0.25\n')
+    assert main(["calibrate", "--root", str(tmp_path), "--from", *map(str, files)]) == 0
+    out = capsys.readouterr().out
+    assert "0 would fail" in out and "25.0%" in out
+
+
+def test_calibrate_from_refuses_what_it_cannot_use(tmp_path, capsys):
+    key = ("perf/demo/test_a.py::test_a", "speedup", "x")
+    one, two = _saved(tmp_path, "a", {key: 1.0}), _saved(tmp_path, "b", {key: 1.0})
+    for argv, says in ((["--from", str(one)], "at least 2 results files"),
+                       (["--from", str(one), str(one)], "names a results file twice"),
+                       (["--runs", "3", "--from", str(one), str(two)], "--runs is for calibrating by running"),
+                       (["--from", str(one), str(two), str(tmp_path / "missing.json")], "no such results file")):
+        assert main(["calibrate", "--root", str(tmp_path), *argv]) == 2
+        assert says in capsys.readouterr().err

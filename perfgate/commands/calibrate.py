@@ -1,5 +1,9 @@
 """`perfgate calibrate [options] [--] PYTEST_ARGS`: measure run-to-run spread, propose tolerances.
 
+`perfgate calibrate --from RUN RUN RUN ...`: the same from saved results files (`pytest --perf-save`),
+e.g. one per GPU lease, night or node: the spread a tolerance must cover comes from runs that did not
+share a machine, which one sitting cannot produce.
+
 A tolerance should sit just above what this machine does to a number from one run to
 the next. Within-run samples understate that (they share the process, the clocks, the
 page cache); so calibrate runs the selected tests N times in fresh pytest processes and
@@ -13,6 +17,10 @@ each (one run against a one-run baseline whose medians both scatter with ``sprea
 P(false alarm) = 1 - Phi(tol / (spread * sqrt 2))) and the minimum detectable regression
 at the chosen false-alarm rate alpha and power: (z(1-alpha) + z(power)) * spread * sqrt 2.
 These are upper bounds on false alarms: the gate also asks for a significant rank test.
+Beside them, each run is judged as the gate would judge it against a baseline pooled from the
+other runs (perfgate.judge.held_out, leave-one-out): the worst held-out change per metric, and
+every gated metric that a held-out run of the same code would have failed -- the direct answer to
+"does the configured tolerance hold on a run it has not seen?".
 
 With --write, the N runs' pooled samples become the baseline for this hardware id, with
 the proposed tolerance and the spread stored beside them (after review, or --yes), through
@@ -42,6 +50,7 @@ from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineEntry, now_iso
 from perfgate.judge.config import load_settings
 from perfgate.judge.gate import tolerance
+from perfgate.judge.held_out import HeldOut, leave_one_out, worst
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.judge.metrics import MAX_TOLERANCE, Metric, summarize
 from perfgate.report.run_report import fmt_number, short_id
@@ -53,7 +62,7 @@ DEFAULT_FLOOR = 0.02
 DEFAULT_FRACTION_FLOOR = 0.01
 
 
-_OWN_OPTIONS = {"--runs", "--k", "--floor", "--fraction-floor", "--alpha", "--power", "--write", "--yes",
+_OWN_OPTIONS = {"--from", "--runs", "--k", "--floor", "--fraction-floor", "--alpha", "--power", "--write", "--yes",
                 "--include-tainted", "--hardware-id", "--baselines", "--root", "--keep", "--allow-dirty",
                 "--allow-other-workload"}
 
@@ -61,7 +70,10 @@ _OWN_OPTIONS = {"--runs", "--k", "--floor", "--fraction-floor", "--alpha", "--po
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="run tests N times, measure run-to-run spread, propose tolerances",
                        description="perfgate calibrate [options] [--] PYTEST_ARGS (options go before the tests)")
-    p.add_argument("--runs", type=int, default=5, help="fresh pytest runs (default 5; at least 3)")
+    p.add_argument("--from", dest="saved", nargs="+", type=Path, metavar="RESULTS",
+                   help="calibrate from these saved results files (pytest --perf-save; .json or .json.gz; at "
+                        "least 2, e.g. one per lease) instead of running pytest")
+    p.add_argument("--runs", type=int, help="fresh pytest runs (default 5; at least 3)")
     p.add_argument("--k", type=float, default=3.0, help="tolerance = max(floor, k * spread) (default 3)")
     p.add_argument("--floor", type=float, default=DEFAULT_FLOOR,
                    help=f"smallest relative tolerance proposed (default {DEFAULT_FLOOR})")
@@ -177,36 +189,66 @@ def _rate(x: float | None) -> str:
 COLUMNS = (Column("test", fold=True, group=True), Column("metric", fold=True), Column("runs", "right"),
            Column("median", "right"), Column("unit"), Column("within", "right"), Column("run-to-run", "right"),
            Column("tol", "right"), Column("alarms", "right"), Column("proposed", "right"),
-           Column("alarms", "right"), Column("detectable", "right"))
+           Column("alarms", "right"), Column("detectable", "right"), Column("held out", "right"))
 
 
-def table_rows(cals: list[Calibration], *, alpha: float, power: float) -> tuple[list[list[str]], list[str | None]]:
-    """One row per metric; a configured tolerance that false-alarms more often than alpha is marked ``!``."""
+def _held_out(held: list[HeldOut] | None, absolute: bool) -> str:
+    """The worst held-out change; ``!`` where a held-out run fails a gated metric, ``~`` where the metric
+    is not gated (record-only, not-comparable), ``-`` where no run was judged against the others."""
+    w = worst(held or [])
+    if w is None:
+        return "-"
+    mark = "!" if w.alarm else ("" if w.gated else "~")
+    change = f"{w.change:+.3f}" if absolute else f"{w.change * 100:+.1f}%"
+    return mark + change
+
+
+def table_rows(cals: list[Calibration], *, alpha: float, power: float,
+               held: dict[tuple[str, str], list[HeldOut]] | None = None) -> tuple[list[list[str]], list[str | None]]:
+    """One row per metric; a configured tolerance that false-alarms more often than alpha, or that a
+    held-out run fails, is marked ``!``."""
     rows, styles = [], []
     for c in cals:
         fa_conf = false_alarm_rate(c.configured, c.spread)
         fa_prop = false_alarm_rate(c.proposed, c.spread) if c.proposed is not None else None
-        loud = fa_conf is not None and fa_conf > alpha
+        failed = any(h.alarm for h in (held or {}).get((c.test_id, c.metric), ()))
+        loud = (fa_conf is not None and fa_conf > alpha) or failed
         rows.append([short_id(c.test_id), c.metric, str(len(c.run_medians)), fmt_number(float(np.median(c.run_medians))),
                      c.unit, _pct(c.within, c.absolute), _pct(c.spread, c.absolute),
                      ("!" if loud else "") + _pct(c.configured, c.absolute), _rate(fa_conf),
                      _pct(c.proposed, c.absolute), _rate(fa_prop),
-                     _pct(detectable(c.spread, alpha=alpha, power=power), c.absolute)])
+                     _pct(detectable(c.spread, alpha=alpha, power=power), c.absolute),
+                     _held_out((held or {}).get((c.test_id, c.metric)), c.absolute)])
         styles.append("noisy" if loud else None)
     return rows, styles
 
 
-def table(cals: list[Calibration], *, alpha: float, power: float, title: str, width: int) -> list[Line]:
+def table(cals: list[Calibration], *, alpha: float, power: float, title: str, width: int,
+          held: dict[tuple[str, str], list[HeldOut]] | None = None) -> list[Line]:
     """Short headers (explained in the legend printed below) so the numbers fit at 100 columns."""
-    rows, styles = table_rows(cals, alpha=alpha, power=power)
+    rows, styles = table_rows(cals, alpha=alpha, power=power, held=held)
     return render(COLUMNS, rows, width=width, title=title, styles=styles)
 
 
-def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float, fraction_floor: float
-            ) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
+def held_out_summary(cals: list[Calibration], held: dict[tuple[str, str], list[HeldOut]]) -> list[str]:
+    """The count of gated metrics judged leave-one-out, then every held-out run that fails one (its
+    explanation as the gate words it): what a run of unchanged code would be told."""
+    judged = [h for c in cals for h in held.get((c.test_id, c.metric), ()) if h.gated]
+    metrics = {(c.test_id, c.metric) for c in cals if any(h.gated for h in held.get((c.test_id, c.metric), ()))}
+    alarms = [(c, h) for c in cals for h in held.get((c.test_id, c.metric), ()) if h.alarm]
+    lines = [f"held out: {len(judged)} verdicts on {len(metrics)} gated metrics, each run against the others "
+             f"pooled; {len(alarms)} would fail"]
+    for c, h in alarms:
+        lines.append(f"  {h.run}: {short_id(c.test_id)} {c.metric}: {h.explanation}")
+    return lines
+
+
+def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float, fraction_floor: float,
+            names: list[str] | None = None) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
     last = docs[-1]
     software = (last.get("fingerprint") or {}).get("software")
-    pooled = results_mod.pool(docs, [f"run{i + 1}" for i in range(len(docs))]) if len(docs) > 1 else None
+    names = names or [f"run{i + 1}" for i in range(len(docs))]
+    pooled = results_mod.pool(docs, names) if len(docs) > 1 else None
     runs = {(r["test_id"], r["metric"]): tuple(r.get("runs") or ()) for r in (pooled or {}).get("results", [])}
     workloads = {(r["test_id"], r["metric"]): r.get("workload") for d in docs for r in d.get("results") or []}
     out: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
@@ -238,12 +280,26 @@ def run_pytest(pytest_args: list[str], save: Path, *, root: Path, hardware_id: s
     return proc.returncode
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.runs < 3:
+def _saved_runs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """--from: the saved results files, checked as every command checks them, in the order given."""
+    if args.pytest_args:
+        raise ValueError(f"--from calibrates from saved runs; it takes no tests ({' '.join(args.pytest_args)})")
+    for option, value in (("--runs", args.runs), ("--keep", args.keep), ("--hardware-id", args.hardware_id)):
+        if value is not None:
+            raise ValueError(f"{option} is for calibrating by running pytest; --from reads saved runs")
+    if len(args.saved) < 2:
+        raise ValueError("--from needs at least 2 results files (3 or more for a run-to-run spread)")
+    names = [str(p) for p in args.saved]
+    if len(set(names)) != len(names):
+        raise ValueError("--from names a results file twice; each run counts once")
+    return [results_mod.load(p) for p in args.saved], names
+
+
+def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[dict], list[str]]:
+    """N fresh pytest runs of the selection, each saved (under --keep, or a temporary folder)."""
+    runs = 5 if args.runs is None else args.runs
+    if runs < 3:
         raise ValueError("--runs must be >= 3: a spread from fewer run medians is not a spread")
-    for name in ("alpha", "power"):
-        if not 0 < getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be between 0 and 1")
     if args.hardware_id is not None:
         check_hardware_id(args.hardware_id, source="--hardware-id")
     pytest_args = list(args.pytest_args)
@@ -254,8 +310,6 @@ def run(args: argparse.Namespace) -> int:
         if ours:
             raise ValueError(f"{', '.join(ours)} came after the tests and would go to pytest: put perfgate "
                              f"options first, e.g. `perfgate calibrate --runs 5 -- -m cpu perf/`")
-    root = args.root.resolve()
-    settings = load_settings(root, args.baselines)
     if args.baselines:
         pytest_args += ["--perf-baselines", str(settings.baselines)]
     console = Console(width=200)
@@ -264,32 +318,50 @@ def run(args: argparse.Namespace) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         docs = []
         with Progress(console=console, transient=True) as progress:
-            task = progress.add_task(f"calibrating: {args.runs} runs of pytest {' '.join(pytest_args)}",
-                                     total=args.runs)
-            for i in range(args.runs):
+            task = progress.add_task(f"calibrating: {runs} runs of pytest {' '.join(pytest_args)}", total=runs)
+            for i in range(runs):
                 path = folder / f"run{i + 1}.json"
                 run_pytest(pytest_args, path, root=root, hardware_id=args.hardware_id)
                 docs.append(results_mod.load(path))
                 progress.advance(task)
+    return docs, [f"calibration run {i + 1}" for i in range(len(docs))]
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("alpha", "power"):
+        if not 0 < getattr(args, name) < 1:
+            raise ValueError(f"--{name} must be between 0 and 1")
+    root = args.root.resolve()
+    settings = load_settings(root, args.baselines)
+    docs, names = _saved_runs(args) if args.saved else _fresh_runs(args, root, settings)
     hw = {d["hardware_id"] for d in docs}
     if len(hw) != 1:
         raise ValueError(f"runs report different hardware ids {sorted(hw)}; calibrate on one machine")
     hardware_id = hw.pop()
+    # the id's own tolerances.toml sets the configured tolerances and record-only rules the runs are held to
+    settings = load_settings(root, args.baselines, hardware_id)
     cals = calibrate_docs(docs, settings, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor,
                           include_tainted=args.include_tainted)
+    console = Console(width=200)
     if not cals:
         console.print("no metrics recorded: the selected tests record nothing (or every run was tainted)")
         return 1
+    held = leave_one_out(docs, names, settings, hardware_id, include_tainted=args.include_tainted)
     width = stdout_width()
-    for line in table(cals, alpha=args.alpha, power=args.power, width=width,
-                      title=f"perfgate calibrate: {hardware_id}, {args.runs} runs, k={args.k:g}"):
+    source = "saved runs" if args.saved else "runs"
+    for line in table(cals, alpha=args.alpha, power=args.power, width=width, held=held,
+                      title=f"perfgate calibrate: {hardware_id}, {len(docs)} {source}, k={args.k:g}"):
         print(line.text)
     legend = (f"within = within-run spread; run-to-run = {MAD_TO_SIGMA} x MAD of the run medians (relative; "
               f"absolute for fractions). tol = the configured tolerance, proposed = max(floor, k x run-to-run); "
               f"alarms (after each) = P(noise alone exceeds it) for one run vs a one-run baseline; detectable = "
-              f"smallest regression flagged with probability {args.power:g} at false-alarm rate {args.alpha:g}. "
-              f"!: the configured tolerance false-alarms more often than alpha.")
+              f"smallest regression flagged with probability {args.power:g} at false-alarm rate {args.alpha:g}; "
+              f"held out = the worst change of one run judged by the gate against the others pooled "
+              f"(~: not gated there). !: the configured tolerance false-alarms more often than alpha, or a "
+              f"held-out run fails it.")
     for line in wrap_words(legend, width):
+        print(line)
+    for line in held_out_summary(cals, held):
         print(line)
     if not args.write:
         return 0
@@ -297,11 +369,10 @@ def run(args: argparse.Namespace) -> int:
     # measurement, not a reason to refuse it (refresh's check compares runs against a tolerance set before)
     checks = Checks(allow_dirty=args.allow_dirty, force=True, include_tainted=args.include_tainted,
                     allow_other_workload=args.allow_other_workload)
-    names = [f"calibration run {i + 1}" for i in range(len(docs))]
     baseline_writer.check_documents(docs, names, checks)
     plan = baseline_writer.plan_from_entries(
-        hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor),
-        fingerprint=docs[-1].get("fingerprint"), source=f"calibrate ({args.runs} runs)")
+        hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names),
+        fingerprint=docs[-1].get("fingerprint"), source=f"calibrate ({len(docs)} {source})")
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=root / "pyproject.toml")
     if not args.yes:
