@@ -232,11 +232,16 @@ def busy_records(summaries: Sequence[ServingSummary], prefix: str = "") -> tuple
 
 
 def reduce(case: Case, raw: LatencyRuns) -> list[Record]:
-    """Per-request TTFT/TPOT/E2EL pooled over the runs, each run's p99 inter-token latency, and on a
-    GPU each run's busy share (beside the timings as their ``device_busy``)."""
+    """Per-request TTFT/TPOT/E2EL pooled over the runs, each run's p99 inter-token latency, each run's
+    mean engine prefill time where every run read the engine's clocks (loadgen.run_load: the prefill
+    step as the engine core timed it, beside the client's TTFT), and on a GPU each run's busy share
+    (beside the timings as their ``device_busy``)."""
     busy, timing = busy_records(raw.summaries, raw.prefix)
     out: list[Record] = [Measured(f"{raw.prefix}ttft_ms", [v for s in raw.summaries for v in s.ttft_ms_values],
                                   "ms", "lower", options=timing)]
+    if raw.summaries and all(s.engine is not None for s in raw.summaries):
+        out.append(Measured(f"{raw.prefix}engine_prefill_ms", [s.engine.prefill_ms for s in raw.summaries], "ms",
+                            "lower", options=timing))
     tpot = [v for s in raw.summaries for v in s.tpot_ms_values]
     if tpot:
         out.append(Measured(f"{raw.prefix}tpot_ms", tpot, "ms", "lower", options=timing))

@@ -12,6 +12,11 @@ emit tokens with empty text, so chunks are not tokens. Every request asks for
 ``stream_options: {include_usage: true}`` and the server's ``completion_tokens`` is the
 token count; chunk arrival times are kept for ITL.
 
+The engine's side: a run alone on its server also keeps the engine core's own clocks over the
+run (prometheus_counters.EngineTimes from /metrics, read before and after): the mean prefill,
+queue and decode time per request as the engine stamped them, the device-side view of a TTFT
+that the client's clock mixes with HTTP and tokenization.
+
 Workload builders (`random_requests`, `shared_prefix_requests`, `long_prefill_requests`)
 make prompts as token-id lists from a pool of ordinary token ids, so input lengths are
 exact for any tokenizer. All timestamps are `time.perf_counter()` seconds relative to the
@@ -29,6 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from perfgate.machine.gpu_busy import busy_window, pooled_share
+from perfgate.workloads.serving.prometheus_counters import EngineCounters, EngineTimes
 from perfgate.workloads.serving.server_memory import memory_phase
 
 
@@ -123,11 +129,16 @@ class LoadResult:
     duration_s: float                 # first send to last end (what throughputs divide by)
     spec_summary: dict
     gpu_busy_samples: tuple[int, ...] = ()  # the busiest GPU's NVML samples (percent) while it ran; () off-GPU
+    engine: EngineTimes | None = None  # the engine's own clocks over the run (run_load); None: see there
 
     @property
     def gpu_busy(self) -> float | None:
         """Busy share of the busiest GPU while it ran, or None (off-GPU, or too few samples)."""
         return pooled_share(self.gpu_busy_samples)
+
+    @property
+    def completed(self) -> int:
+        return sum(r.ok for r in self.records)
 
     @property
     def failed(self) -> int:
@@ -237,9 +248,40 @@ async def run_load_async(spec: LoadSpec) -> LoadResult:
     return LoadResult(records=records, duration_s=duration, spec_summary=summary)
 
 
+ENGINE_SETTLE_S = 2.0  # how long the finished requests' histograms may lag the last token the client read
+
+
+def _engine_counters(base_url: str) -> EngineCounters | None:
+    """The engine histograms now, or None from a server without them (not vLLM V1) or gone (killed)."""
+    try:
+        return EngineCounters.read(base_url)
+    except (OSError, KeyError, ValueError):  # URLError is an OSError; KeyError: no such histograms
+        return None
+
+
+def _engine_times(base_url: str, before: EngineCounters | None, completed: int) -> EngineTimes | None:
+    """The engine's means over the run: read until the histograms count the run's completed requests
+    (vLLM observes them as it hands out the last output, so a scrape right after the client read the
+    last token can miss the last request or two), at most ENGINE_SETTLE_S; then what they count."""
+    if before is None:
+        return None
+    deadline = time.monotonic() + ENGINE_SETTLE_S
+    while True:
+        now = _engine_counters(base_url)
+        if now is None:
+            return None
+        if now.requests - before.requests >= completed or time.monotonic() > deadline:
+            return now.since(before)
+        time.sleep(0.02)
+
+
 def run_load(spec: LoadSpec) -> LoadResult:
-    """Send spec.requests and return the raw records (blocking), with the GPUs' busy share meanwhile."""
-    return run_loads_concurrently([spec])[0]
+    """Send spec.requests and return the raw records (blocking), with the GPUs' busy share meanwhile
+    and the engine's own clocks over the run (``engine``; None where /metrics has no such histograms).
+    Only a run alone on its server has them: the histograms cannot tell concurrent runs apart."""
+    before = _engine_counters(spec.base_url)
+    result = run_loads_concurrently([spec])[0]
+    return replace(result, engine=_engine_times(spec.base_url, before, result.completed))
 
 
 def run_loads_concurrently(specs: Sequence[LoadSpec]) -> list[LoadResult]:

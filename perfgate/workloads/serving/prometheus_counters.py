@@ -1,6 +1,7 @@
 """Read vLLM's Prometheus /metrics counters (the server's own view, beside the client's).
 
-Used for the prefix-cache hit rate, the server's batch and its preemptions. vLLM counts prompt tokens looked up in the prefix
+Used for the prefix-cache hit rate, the server's batch, its preemptions and the engine's own clock
+(EngineTimes: prefill, queue and decode time per request, beside the client's TTFT and TPOT). vLLM counts prompt tokens looked up in the prefix
 cache (``vllm:prefix_cache_queries``) and those found (``vllm:prefix_cache_hits``); the hit
 rate of a phase is the ratio of the two counters' increments over that phase. It counts
 tokens in cached blocks, not requests, so it differs from the request reuse rate of a
@@ -95,23 +96,49 @@ def preemptions(base_url: str) -> float:
 
 
 @dataclass(frozen=True)
-class DecodeCounters:
-    """The engine's own time per output token: vLLM's per-request histogram of (last token - first
-    token) / (tokens - 1), stamped by the engine core. Its mean over a phase is the decode step as the
-    engine saw it, so a client starved of CPU (which reads whole answers at once and makes the
-    client's TPOT read ~0) does not move it."""
+class EngineTimes:
+    """The engine core's own clock over one load phase: means over the requests that finished in it.
 
-    tpot_sum_s: float
+    vLLM stamps a request's first scheduling, first token and last token in the engine core and, when
+    it finishes, observes per-request histograms of (first token - first scheduled) ``prefill``, (first
+    scheduled - queued) ``queue`` and the request's mean time per output token. A histogram's sum and
+    count over a phase give the means. Unlike the client's TTFT (tokenization, HTTP, the client's
+    event loop, which step the prefill lands in: a host figure on the lent H200, +17 to +59 % between
+    leases), ``prefill_ms`` is the engine's time for the prefill step itself; a client starved of CPU
+    moves neither it nor ``tpot_ms``."""
+
+    requests: int
+    prefill_ms: float
+    queue_ms: float
+    tpot_ms: float
+
+    def to_dict(self) -> dict:
+        return {"requests": self.requests, "prefill_ms": self.prefill_ms, "queue_ms": self.queue_ms,
+                "tpot_ms": self.tpot_ms}
+
+
+@dataclass(frozen=True)
+class EngineCounters:
+    """The sums and count of vLLM's per-request engine histograms at one moment (see EngineTimes)."""
+
     requests: float
+    prefill_s: float
+    queue_s: float
+    tpot_s: float
 
     @classmethod
-    def read(cls, base_url: str) -> "DecodeCounters":
-        total, count = read_counters(base_url, ("vllm:request_time_per_output_token_seconds_sum",),
-                                     ("vllm:request_time_per_output_token_seconds_count",),
-                                     why="vLLM without V1 metrics?")
-        return cls(tpot_sum_s=total, requests=count)
+    def read(cls, base_url: str) -> "EngineCounters":
+        n, prefill, queue, tpot = read_counters(
+            base_url, ("vllm:request_prefill_time_seconds_count",), ("vllm:request_prefill_time_seconds_sum",),
+            ("vllm:request_queue_time_seconds_sum",), ("vllm:request_time_per_output_token_seconds_sum",),
+            why="vLLM without V1 metrics?")
+        return cls(requests=n, prefill_s=prefill, queue_s=queue, tpot_s=tpot)
 
-    def mean_tpot_ms_since(self, before: "DecodeCounters") -> float:
-        """Mean engine-side TPOT (ms) of the requests finished over the interval; NaN when none did."""
+    def since(self, before: "EngineCounters") -> EngineTimes | None:
+        """The means over the requests finished between ``before`` and now; None when none did."""
         n = self.requests - before.requests
-        return (self.tpot_sum_s - before.tpot_sum_s) / n * 1e3 if n > 0 else float("nan")
+        if not n > 0:
+            return None
+        return EngineTimes(requests=int(round(n)), prefill_ms=(self.prefill_s - before.prefill_s) / n * 1e3,
+                           queue_ms=(self.queue_s - before.queue_s) / n * 1e3,
+                           tpot_ms=(self.tpot_s - before.tpot_s) / n * 1e3)

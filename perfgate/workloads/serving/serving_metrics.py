@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from perfgate.machine.gpu_busy import pooled_share
+from perfgate.workloads.serving.prometheus_counters import EngineTimes
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 
@@ -82,6 +83,8 @@ class ServingSummary:
     decode_tok_s_values: list[float] = field(repr=False, default_factory=list)  # 1000 / TPOT per request
     # the busiest GPU's NVML samples (percent) during the run, even too few for a share (perfgate.machine.gpu_busy)
     gpu_busy_samples: tuple[int, ...] = field(repr=False, default=())
+    # the engine core's own clocks over the run (loadgen.run_load; prometheus_counters.EngineTimes), or None
+    engine: EngineTimes | None = field(repr=False, default=None)
 
     @property
     def gpu_busy(self) -> float | None:
@@ -94,6 +97,7 @@ class ServingSummary:
             "output_throughput_tok_s", "total_token_throughput_tok_s", "goodput_rps", "slo_attainment", "gpu_busy")}
         for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
             out[k] = getattr(self, k).to_dict()
+        out["engine"] = self.engine.to_dict() if self.engine else None
         return out
 
 
@@ -112,9 +116,10 @@ def _stats(values: Sequence[float], percentiles: Iterable[float]) -> LatencyStat
 
 
 def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
-              percentiles: Sequence[float] = DEFAULT_PERCENTILES, gpu_busy_samples: Sequence[int] = ()) -> ServingSummary:
-    """Records (+ the run's duration, and the GPUs' utilization samples while it ran, where measured) ->
-    latency statistics, throughputs and goodput."""
+              percentiles: Sequence[float] = DEFAULT_PERCENTILES, gpu_busy_samples: Sequence[int] = (),
+              engine: EngineTimes | None = None) -> ServingSummary:
+    """Records (+ the run's duration, and the GPUs' utilization samples and the engine's own clocks while
+    it ran, where measured) -> latency statistics, throughputs and goodput."""
     if not duration_s > 0 or not math.isfinite(duration_s):
         raise ValueError(f"duration_s must be a positive finite number of seconds, got {duration_s}")
     ttft, tpot, itl, e2el, decode = [], [], [], [], []
@@ -155,12 +160,14 @@ def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
         goodput_rps=None if slo is None else good / duration_s,
         slo_attainment=None if slo is None else (good / total if total else float("nan")),
         ttft_ms_values=ttft, tpot_ms_values=tpot, e2el_ms_values=e2el, decode_tok_s_values=decode,
-        gpu_busy_samples=tuple(gpu_busy_samples))
+        gpu_busy_samples=tuple(gpu_busy_samples), engine=engine)
 
 
 def summarize_run(result: Any, slo: Slo | None = None) -> ServingSummary:
-    """:func:`summarize` of one load run (loadgen.LoadResult): its records, duration and busy samples."""
-    return summarize(result.records, result.duration_s, slo=slo, gpu_busy_samples=result.gpu_busy_samples)
+    """:func:`summarize` of one load run (loadgen.LoadResult): its records, duration, busy samples and
+    the engine's clocks."""
+    return summarize(result.records, result.duration_s, slo=slo, gpu_busy_samples=result.gpu_busy_samples,
+                     engine=result.engine)
 
 
 def highest_rate_meeting_slo(attainment_by_rate: Mapping[float, float], min_attainment: float) -> float:
