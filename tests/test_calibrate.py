@@ -157,3 +157,20 @@ def test_calibrate_from_refuses_what_it_cannot_use(tmp_path, capsys):
                        (["--from", str(one), str(two), str(tmp_path / "missing.json")], "no such results file")):
         assert main(["calibrate", "--root", str(tmp_path), *argv]) == 2
         assert says in capsys.readouterr().err
+
+
+def test_calibrate_from_takes_a_copy_once_and_refuses_an_ab_comparison(tmp_path, capsys):
+    """A copy of a run under another name is one run (held out against itself it would hide its spread);
+    an A/B comparison file holds per-round medians of two environments, not a run."""
+    key = ("perf/demo/test_a.py::test_a", "speedup", "x")
+    files = [_saved(tmp_path, f"lease{i}", {key: m}) for i, m in enumerate((100, 101))]
+    copy = tmp_path / "copy-of-lease0.json"
+    copy.write_bytes(files[0].read_bytes())
+    assert main(["calibrate", "--root", str(tmp_path), "--from", *map(str, files), str(copy)]) == 0
+    captured = capsys.readouterr()
+    assert "has the same content as" in captured.err and ", 2 saved runs," in captured.out
+    ab = json.loads(files[1].read_text())
+    ab["ab"] = {"rounds": 4}
+    (tmp_path / "ab.json").write_text(json.dumps(ab))
+    assert main(["calibrate", "--root", str(tmp_path), "--from", str(files[0]), str(tmp_path / "ab.json")]) == 2
+    assert "is a `perfgate ab` comparison" in capsys.readouterr().err

@@ -45,6 +45,7 @@ from rich.console import Console
 from rich.progress import Progress
 from scipy.stats import norm
 
+from perfgate import mutations
 from perfgate.store import baseline_writer, interrupts, results as results_mod
 from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineEntry, now_iso
@@ -292,7 +293,24 @@ def _saved_runs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     names = [str(p) for p in args.saved]
     if len(set(names)) != len(names):
         raise ValueError("--from names a results file twice; each run counts once")
-    return [results_mod.load(p) for p in args.saved], names
+    docs = [results_mod.load(p) for p in args.saved]
+    for name, doc in zip(names, docs):
+        if doc.get("ab"):
+            raise ValueError(f"{name} is a `perfgate ab` comparison (per-round medians of two environments), not "
+                             f"a run; calibrate from `pytest --perf-save` results")
+        # shown, not refused: judging a planted run against clean ones is how one sees what it plants;
+        # --write refuses it (baseline_writer.check_documents)
+        if doc.get(mutations.RESULTS_KEY):
+            mark = doc[mutations.RESULTS_KEY]
+            print(f"note: {name} was measured with planted bugs ({mark.get('note') or mark.get('names')}): its "
+                  f"held-out verdicts are of the planted code", file=sys.stderr)
+        if doc.get("interrupted"):
+            print(f"note: {name} comes from an interrupted run: it holds the tests that finished", file=sys.stderr)
+    # the same content under two names is one run: held out against itself it would hide its own spread
+    docs, names = baseline_writer.distinct(docs, names, lambda text: print(f"note: {text}", file=sys.stderr))
+    if len(docs) < 2:
+        raise ValueError("--from needs at least 2 different runs; these files hold one")
+    return docs, names
 
 
 def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[dict], list[str]]:
