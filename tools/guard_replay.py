@@ -5,7 +5,8 @@
         --pooled 'ci-*.json*' --against-committed 'ten-run-check-*.json*' 'collectives-training-offload-*.json*'
 
 Runs matching --pooled are judged leave-one-out (each against a baseline pooled from the others:
-out of sample, as a future run meets a committed baseline); runs matching --against-committed
+out of sample, as a future run meets a committed baseline; perfgate.judge.held_out, as `perfgate
+calibrate --from` judges them); runs matching --against-committed
 are judged against the committed baseline of --hardware-id. Both go through perfgate.judge.gate.evaluate
 with the settings (tolerances.toml, [gross_change]) that apply to that id, so what this prints is
 what a run would have been told. Lists every trip, the figures closest to their limit, and the
@@ -15,7 +16,6 @@ setting (docs/hardware-ids.md).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,21 +24,19 @@ try:
 except ImportError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from perfgate.judge import guard
-from perfgate.judge.baseline_choice import Choice
-from perfgate.store.baselines import BaselineEntry, BaselineStore
-from perfgate.judge.config import load_settings
-from perfgate.judge.gate import Context, evaluate
-from perfgate.judge.metrics import Metric, summarize
-
-
-def _results(path: Path) -> dict[tuple[str, str], dict]:
-    return {(r["test_id"], r["metric"]): r for r in json.loads(path.read_text())["results"]}
+from perfgate.judge import guard  # noqa: E402
+from perfgate.judge.baseline_choice import Choice  # noqa: E402
+from perfgate.judge.config import load_settings  # noqa: E402
+from perfgate.judge.gate import Context, evaluate  # noqa: E402
+from perfgate.judge.held_out import leave_one_out  # noqa: E402
+from perfgate.judge.metrics import Metric  # noqa: E402
+from perfgate.store import results as results_mod  # noqa: E402
+from perfgate.store.baselines import BaselineEntry, BaselineStore  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", type=Path, help="folder of results files (pytest --perf-save)")
+    ap.add_argument("runs", type=Path, help="folder of results files (pytest --perf-save; .json or .json.gz)")
     ap.add_argument("--hardware-id", required=True, help="whose baselines and tolerances apply")
     ap.add_argument("--pooled", nargs="*", default=[], help="globs (under RUNS) judged leave-one-out")
     ap.add_argument("--against-committed", nargs="*", default=[], help="globs judged against the committed baseline")
@@ -49,31 +47,34 @@ def main(argv: list[str] | None = None) -> int:
     context = Context.of(settings, args.hardware_id)
     judged: list[tuple[float, float, float, str, str, str, bool]] = []  # moved/limit, moved, limit, run, test, metric, tripped
 
-    def judge(r: dict, entry: BaselineEntry, label: str) -> None:
-        m = Metric(name=r["metric"], unit=r["unit"], better=r["better"], summary=summarize(r["summary"]["samples"]))
-        res = evaluate(r["test_id"], m, Choice(entry, None, False, None), context)
-        tripped = res.verdict.get("explanation", "").startswith("gross change")
-        if (res.gated and not tripped) or m.family == "fraction":
+    def consider(test_id: str, metric: str, unit: str, entry: BaselineEntry, median: float, gated: bool,
+                 explanation: str, label: str) -> None:
+        """A not-gated figure (or one the guard gated by tripping): how far it moved against its limit."""
+        tripped = explanation.startswith("gross change")
+        if (gated and not tripped) or unit == "fraction":
             return
-        moved = guard.worsening_factor(entry.summary.median, res.summary.median, entry.better)
-        limit = guard.limit_for(settings.gross_change, r["test_id"], r["metric"], entry)[0]
-        judged.append((moved / limit, moved, limit, label, r["test_id"], r["metric"], tripped))
+        moved = guard.worsening_factor(entry.summary.median, median, entry.better)
+        limit = guard.limit_for(settings.gross_change, test_id, metric, entry)[0]
+        judged.append((moved / limit, moved, limit, label, test_id, metric, tripped))
 
     pooled = sorted({p for g in args.pooled for p in args.runs.glob(g)})
-    docs = {p: _results(p) for p in pooled}
-    for held in pooled:
-        for key, r in docs[held].items():
-            samples = [s for p in pooled if p != held and key in docs[p] for s in docs[p][key]["summary"]["samples"]]
-            if len(samples) >= 3:
-                entry = BaselineEntry(unit=r["unit"], better=r["better"], summary=summarize(samples), tol=None,
-                                      provenance="leave-one-out")
-                judge(r, entry, f"{held.name} (vs the others)")
+    if len(pooled) >= 2:  # each against the others pooled, as the gate judges (perfgate.judge.held_out)
+        for (test_id, metric), held in leave_one_out([results_mod.load(p) for p in pooled],
+                                                     [p.name for p in pooled], settings, args.hardware_id).items():
+            for h in held:
+                consider(test_id, metric, h.baseline.unit, h.baseline, h.median, h.gated, h.explanation,
+                         f"{h.run} (vs the others)")
     store = BaselineStore(settings.baselines)
     for path in sorted({p for g in args.against_committed for p in args.runs.glob(g)}):
-        for (test_id, metric), r in _results(path).items():
-            entry = store.lookup(args.hardware_id, r["area"], test_id, metric)
-            if entry is not None:
-                judge(r, entry, f"{path.relative_to(args.runs)} (vs committed)")
+        for r in results_mod.metric_results(results_mod.load(path)):
+            entry = store.lookup(args.hardware_id, r.area, r.test_id, r.metric)
+            if entry is None:
+                continue
+            m = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, depends=r.depends,
+                       device_busy=r.device_busy)
+            res = evaluate(r.test_id, m, Choice(entry, None, False, None), context, workload=r.workload)
+            consider(r.test_id, r.metric, r.unit, entry, res.summary.median, res.gated,
+                     res.verdict.get("explanation", ""), f"{path.relative_to(args.runs)} (vs committed)")
     trips = [j for j in judged if j[6]]
     print(f"{len(judged)} not-gated figures judged, {len(trips)} trip(s) of the gross-change guard "
           f"(factor {settings.gross_change.factor:g}, margin {settings.gross_change.margin:g}, "

@@ -11,13 +11,14 @@ Runs from different leases, nights or nodes are the spread a tolerance has to co
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.fingerprint_check import compare
 from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric
 from perfgate.store import results as results_mod
+from perfgate.store.baselines import BaselineEntry
 
 Key = tuple[str, str]  # (test id, metric)
 
@@ -31,6 +32,8 @@ class HeldOut:
     gated: bool              # whether the gate would have judged it (record-only, guard)
     change: float | None     # signed worsening against the pool (> 0 worse; absolute for fractions)
     explanation: str
+    median: float            # the held-out run's median
+    baseline: BaselineEntry = field(repr=False, compare=False)  # the pool it was judged against
 
     @property
     def alarm(self) -> bool:
@@ -66,7 +69,7 @@ def leave_one_out(docs: list[dict], names: list[str], settings, hardware_id: str
             v = got.verdict
             out.setdefault((r.test_id, r.metric), []).append(
                 HeldOut(run=name, outcome=v["outcome"], gated=got.gated, change=v.get("change"),
-                        explanation=v.get("explanation", "")))
+                        explanation=v.get("explanation", ""), median=got.summary.median, baseline=entry))
     return out
 
 
