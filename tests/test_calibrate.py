@@ -138,6 +138,7 @@ def test_calibrate_from_saved_runs_judges_each_run_against_the_others(tmp_path, 
     assert code == 0, out
     assert "perfgate calibrate: cpu-Test-2c, 3 saved runs" in out
     assert "1 would fail" in out and "lease2.json: test_a speedup: worse by +20.4%" in out
+    assert "gated: 1 of 1 metrics judged held out (100 %)" in out
     assert "!+20.4%" in out  # the held-out column: lease 2 (80) against leases 0 and 1 pooled (100.5)
     # the id's own tolerances.toml is what the runs are held to (calibrate read only the shared one before)
     (tmp_path / "baselines" / "cpu-Test-2c").mkdir(parents=True)

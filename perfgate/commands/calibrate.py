@@ -237,8 +237,13 @@ def held_out_summary(cals: list[Calibration], held: dict[tuple[str, str], list[H
     judged = [h for c in cals for h in held.get((c.test_id, c.metric), ()) if h.gated]
     metrics = {(c.test_id, c.metric) for c in cals if any(h.gated for h in held.get((c.test_id, c.metric), ()))}
     alarms = [(c, h) for c in cals for h in held.get((c.test_id, c.metric), ()) if h.alarm]
+    held_metrics = [held[(c.test_id, c.metric)] for c in cals if held.get((c.test_id, c.metric))]
+    void = sum(1 for h in held_metrics if not any(x.gated for x in h) and all(x.outcome == "not-comparable" for x in h))
     lines = [f"held out: {len(judged)} verdicts on {len(metrics)} gated metrics, each run against the others "
-             f"pooled; {len(alarms)} would fail"]
+             f"pooled; {len(alarms)} would fail",
+             f"gated: {len(metrics)} of {len(held_metrics)} metrics judged held out "
+             f"({100 * len(metrics) / max(len(held_metrics), 1):.0f} %); not gated: "
+             f"{len(held_metrics) - len(metrics) - void} recorded only, {void} not comparable"]
     for c, h in alarms:
         lines.append(f"  {h.run}: {short_id(c.test_id)} {c.metric}: {h.explanation}")
     return lines
