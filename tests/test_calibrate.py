@@ -175,3 +175,24 @@ def test_calibrate_from_takes_a_copy_once_and_refuses_an_ab_comparison(tmp_path,
     (tmp_path / "ab.json").write_text(json.dumps(ab))
     assert main(["calibrate", "--root", str(tmp_path), "--from", str(files[0]), str(tmp_path / "ab.json")]) == 2
     assert "is a `perfgate ab` comparison" in capsys.readouterr().err
+
+
+def test_calibrate_from_write_names_each_stored_run_as_refresh_does(tmp_path, capsys):
+    """--from --write: the pooled entry's run summaries carry each file's store name and content hash,
+    so `perfgate verify-baselines` re-derives them from the results store (as it does refresh's)."""
+    from perfgate.store import run_store
+
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
+    key = ("perf/demo/test_a.py::test_a", "speedup", "x")
+    files = [_saved(tmp_path, f"lease{i}", {key: m}) for i, m in enumerate((100, 101, 99))]
+    store = tmp_path / "results-store"
+    for f in files:
+        run_store.add(store, f)
+    stored = sorted((store / "cpu-Test-2c").glob("*.json.gz"))
+    assert main(["calibrate", "--root", str(tmp_path), "--from", *map(str, stored), "--write", "--yes"]) == 0
+    capsys.readouterr()
+    entry = json.loads((tmp_path / "baselines" / "cpu-Test-2c" / "demo.json").read_text())["entries"][key[0]][key[1]]
+    assert [r["file"] for r in entry["runs"]] == [f"cpu-Test-2c/lease{i}.json.gz" for i in range(3)]
+    assert all(len(r["sha256"]) == 64 for r in entry["runs"])
+    assert main(["verify-baselines", str(store), "--root", str(tmp_path)]) == 0
+    assert "3 run reference(s) re-derived and equal, 0 not" in capsys.readouterr().out

@@ -46,7 +46,7 @@ from rich.progress import Progress
 from scipy.stats import norm
 
 from perfgate import mutations
-from perfgate.store import baseline_writer, interrupts, results as results_mod
+from perfgate.store import baseline_writer, interrupts, results as results_mod, run_store
 from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineEntry, now_iso
 from perfgate.judge.config import load_settings
@@ -250,11 +250,14 @@ def held_out_summary(cals: list[Calibration], held: dict[tuple[str, str], list[H
 
 
 def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float, fraction_floor: float,
-            names: list[str] | None = None) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
+            names: list[str] | None = None, refs: list[dict] | None = None
+            ) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
+    """``refs``: each saved run's results-store reference (run_store.run_reference), which the baseline's
+    run summaries record, as refresh's do, so that `perfgate verify-baselines` can re-derive them."""
     last = docs[-1]
     software = (last.get("fingerprint") or {}).get("software")
     names = names or [f"run{i + 1}" for i in range(len(docs))]
-    pooled = results_mod.pool(docs, names) if len(docs) > 1 else None
+    pooled = results_mod.pool(docs, names, refs=refs) if len(docs) > 1 else None
     runs = {(r["test_id"], r["metric"]): tuple(r.get("runs") or ()) for r in (pooled or {}).get("results", [])}
     workloads = {(r["test_id"], r["metric"]): r.get("workload") for d in docs for r in d.get("results") or []}
     out: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
@@ -394,7 +397,8 @@ def run(args: argparse.Namespace) -> int:
                     allow_other_workload=args.allow_other_workload)
     baseline_writer.check_documents(docs, names, checks)
     plan = baseline_writer.plan_from_entries(
-        hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names),
+        hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names,
+                             refs=[run_store.run_reference(Path(n), hardware_id) for n in names] if args.saved else None),
         fingerprint=docs[-1].get("fingerprint"), source=f"calibrate ({len(docs)} {source})")
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=root / "pyproject.toml")
