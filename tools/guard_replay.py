@@ -29,7 +29,6 @@ from perfgate.judge.baseline_choice import Choice  # noqa: E402
 from perfgate.judge.config import load_settings  # noqa: E402
 from perfgate.judge.gate import Context, evaluate  # noqa: E402
 from perfgate.judge.held_out import leave_one_out  # noqa: E402
-from perfgate.judge.metrics import Metric  # noqa: E402
 from perfgate.store import results as results_mod  # noqa: E402
 from perfgate.store.baselines import BaselineEntry, BaselineStore  # noqa: E402
 
@@ -47,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     context = Context.of(settings, args.hardware_id)
     judged: list[tuple[float, float, float, str, str, str, bool]] = []  # moved/limit, moved, limit, run, test, metric, tripped
 
-    def consider(test_id: str, metric: str, unit: str, entry: BaselineEntry, median: float, gated: bool,
-                 explanation: str, label: str) -> None:
+    def consider(test_id: str, metric: str, entry: BaselineEntry, median: float, gated: bool, explanation: str,
+                 label: str) -> None:
         """A not-gated figure (or one the guard gated by tripping): how far it moved against its limit."""
         tripped = explanation.startswith("gross change")
-        if (gated and not tripped) or unit == "fraction":
+        if (gated and not tripped) or entry.unit == "fraction":
             return
         moved = guard.worsening_factor(entry.summary.median, median, entry.better)
         limit = guard.limit_for(settings.gross_change, test_id, metric, entry)[0]
@@ -62,18 +61,15 @@ def main(argv: list[str] | None = None) -> int:
         for (test_id, metric), held in leave_one_out([results_mod.load(p) for p in pooled],
                                                      [p.name for p in pooled], settings, args.hardware_id).items():
             for h in held:
-                consider(test_id, metric, h.baseline.unit, h.baseline, h.median, h.gated, h.explanation,
-                         f"{h.run} (vs the others)")
+                consider(test_id, metric, h.baseline, h.median, h.gated, h.explanation, f"{h.run} (vs the others)")
     store = BaselineStore(settings.baselines)
     for path in sorted({p for g in args.against_committed for p in args.runs.glob(g)}):
         for r in results_mod.metric_results(results_mod.load(path)):
             entry = store.lookup(args.hardware_id, r.area, r.test_id, r.metric)
             if entry is None:
                 continue
-            m = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, depends=r.depends,
-                       device_busy=r.device_busy)
-            res = evaluate(r.test_id, m, Choice(entry, None, False, None), context, workload=r.workload)
-            consider(r.test_id, r.metric, r.unit, entry, res.summary.median, res.gated,
+            res = evaluate(r.test_id, r.measured(), Choice(entry, None, False, None), context, workload=r.workload)
+            consider(r.test_id, r.metric, entry, res.summary.median, res.gated,
                      res.verdict.get("explanation", ""), f"{path.relative_to(args.runs)} (vs committed)")
     trips = [j for j in judged if j[6]]
     print(f"{len(judged)} not-gated figures judged, {len(trips)} trip(s) of the gross-change guard "

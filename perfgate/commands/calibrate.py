@@ -53,7 +53,7 @@ from perfgate.judge.config import load_settings
 from perfgate.judge.gate import tolerance
 from perfgate.judge.held_out import HeldOut, leave_one_out, worst
 from perfgate.machine.hardware_id import check_hardware_id
-from perfgate.judge.metrics import MAX_TOLERANCE, Metric, summarize
+from perfgate.judge.metrics import MAX_TOLERANCE, summarize
 from perfgate.report.run_report import fmt_number, short_id
 from perfgate.report.textable import Column, Line, render, stdout_width, wrap_words
 from perfgate.store.results import area_of
@@ -167,8 +167,7 @@ def calibrate_docs(docs: list[dict], settings, *, k: float, floor: float, fracti
     for key, r in sorted(meta.items()):
         absolute = r.unit == "fraction"
         spread = robust_spread(medians[key], absolute=absolute) if len(medians[key]) >= 3 else None
-        metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary)
-        configured = tolerance(settings, r.test_id, metric)
+        configured = tolerance(settings, r.test_id, r.measured())
         out.append(Calibration(
             test_id=r.test_id, metric=r.metric, unit=r.unit, better=r.better,
             run_medians=tuple(medians[key]), pooled=tuple(pooled[key]),
@@ -234,16 +233,17 @@ def table(cals: list[Calibration], *, alpha: float, power: float, title: str, wi
 def held_out_summary(cals: list[Calibration], held: dict[tuple[str, str], list[HeldOut]]) -> list[str]:
     """The count of gated metrics judged leave-one-out, then every held-out run that fails one (its
     explanation as the gate words it): what a run of unchanged code would be told."""
-    judged = [h for c in cals for h in held.get((c.test_id, c.metric), ()) if h.gated]
-    metrics = {(c.test_id, c.metric) for c in cals if any(h.gated for h in held.get((c.test_id, c.metric), ()))}
-    alarms = [(c, h) for c in cals for h in held.get((c.test_id, c.metric), ()) if h.alarm]
-    held_metrics = [held[(c.test_id, c.metric)] for c in cals if held.get((c.test_id, c.metric))]
-    void = sum(1 for h in held_metrics if not any(x.gated for x in h) and all(x.outcome == "not-comparable" for x in h))
-    lines = [f"held out: {len(judged)} verdicts on {len(metrics)} gated metrics, each run against the others "
+    per_metric = [(c, hs) for c in cals if (hs := held.get((c.test_id, c.metric)))]
+    gated = [hs for _, hs in per_metric if any(h.gated for h in hs)]
+    verdicts = sum(h.gated for hs in gated for h in hs)
+    void = sum(all(h.outcome == "not-comparable" for h in hs) for _, hs in per_metric
+               if not any(h.gated for h in hs))
+    alarms = [(c, h) for c, hs in per_metric for h in hs if h.alarm]
+    lines = [f"held out: {verdicts} verdicts on {len(gated)} gated metrics, each run against the others "
              f"pooled; {len(alarms)} would fail",
-             f"gated: {len(metrics)} of {len(held_metrics)} metrics judged held out "
-             f"({100 * len(metrics) / max(len(held_metrics), 1):.0f} %); not gated: "
-             f"{len(held_metrics) - len(metrics) - void} recorded only, {void} not comparable"]
+             f"gated: {len(gated)} of {len(per_metric)} metrics judged held out "
+             f"({100 * len(gated) / max(len(per_metric), 1):.0f} %); not gated: "
+             f"{len(per_metric) - len(gated) - void} recorded only, {void} not comparable"]
     for c, h in alarms:
         lines.append(f"  {h.run}: {short_id(c.test_id)} {c.metric}: {h.explanation}")
     return lines

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 from perfgate.store import interrupts, results as results_mod
@@ -11,7 +12,6 @@ from perfgate.store.baselines import BaselineEntry
 from perfgate.judge.config import load_settings
 from perfgate.judge.fingerprint_check import compare as compare_fingerprints
 from perfgate.judge.gate import Context, evaluate
-from perfgate.judge.metrics import Metric
 from perfgate.report.textable import stdout_width, wrap_words
 from perfgate.judge.verdict import fails, Outcome
 
@@ -62,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
                                   commit=a.get("commit"), software=(a.get("fingerprint") or {}).get("software"),
                                   workload=base.workload, depends=base.depends, device_busy=base.device_busy)
             choice = Choice(entry, a["hardware_id"], False, diff)
-        metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, tol=r.tol, depends=r.depends,
-                        device_busy=r.device_busy)
+        metric = replace(r.measured(), tol=r.tol)  # the tolerance the current run was judged at
         out.append(evaluate(r.test_id, metric, choice, context, workload=r.workload))
     software = (b.get("fingerprint") or {}).get("software")
     width = stdout_width()

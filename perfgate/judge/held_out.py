@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.fingerprint_check import compare
 from perfgate.judge.gate import Context, evaluate
-from perfgate.judge.metrics import Metric
 from perfgate.store import results as results_mod
 from perfgate.store.baselines import BaselineEntry
 
@@ -62,9 +61,7 @@ def leave_one_out(docs: list[dict], names: list[str], settings, hardware_id: str
             entry = entries.get(r.area, {}).get(r.test_id, {}).get(r.metric)
             if entry is None:
                 continue
-            metric = Metric(name=r.metric, unit=r.unit, better=r.better, summary=r.summary, depends=r.depends,
-                            device_busy=r.device_busy)
-            got = evaluate(r.test_id, metric, Choice(entry, hardware_id, False, diff), context,
+            got = evaluate(r.test_id, r.measured(), Choice(entry, hardware_id, False, diff), context,
                            workload=r.workload)
             v = got.verdict
             out.setdefault((r.test_id, r.metric), []).append(

@@ -17,7 +17,7 @@ from typing import Any
 from perfgate.judge import run_noise
 from perfgate.store.atomic import write_json_atomic
 from perfgate.store.baselines import BaselineEntry, now_iso
-from perfgate.judge.metrics import Summary, check_depends, check_device_busy, dependence_fields
+from perfgate.judge.metrics import Metric, Summary, check_depends, check_device_busy, dependence_fields
 from perfgate.store.readers import Checker, ReadError, read_json
 from perfgate.store.shapes import check_results_document, check_schema
 
@@ -71,6 +71,13 @@ class MetricResult:
     @property
     def outcome(self) -> str:
         return self.verdict.get("outcome", "new")
+
+    def measured(self) -> Metric:
+        """The metric as its test recorded it, for gate.evaluate to judge again: name, unit, direction,
+        samples, what it depends on and the device's busy share. Not ``tol``: a result keeps the tolerance
+        it was judged at (after overrides and the run-noise model), not the one the test gave."""
+        return Metric(name=self.metric, unit=self.unit, better=self.better, summary=self.summary,
+                      depends=self.depends, device_busy=self.device_busy)
 
 
 def area_of(test_id: str) -> str:
