@@ -54,10 +54,14 @@ def writing(what: str, *, hold: bool = True) -> Iterator[None]:
     if hold:
         with held_signals() as got:
             yield
+            # Completed before the handlers come back: a signal that arrived during the block is
+            # run by whichever handler is current when Python gets to it, which may be the
+            # command's own, just after the restore; it must find the write completed.
+            _completed.append(what)
         _deferred.extend(got)
     else:
         yield
-    _completed.append(what)
+        _completed.append(what)
 
 
 def deferred_note() -> str | None:
