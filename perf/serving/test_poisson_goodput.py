@@ -2,7 +2,9 @@
 still meets the SLO (seed §12.2: goodput peaks near 5 QPS while completed req/s keeps rising).
 
 Offered rates are fractions of the capacity measured in this run (closed loop at the
-profile's largest concurrency), so the sweep means the same thing on any hardware. The GPU
+profile's largest concurrency; the median of the profile's ``capacity_reps`` runs, so one
+noisy run does not move every offered rate with it), so the sweep means the same thing on
+any hardware. The GPU
 profile uses the seed's SLO (TTFT <= 250 ms, TPOT <= 40 ms); the CPU profile's SLO is
 relative to this run's unloaded latency (TTFT <= 4x, TPOT <= 2.5x the C=1 medians, about
 the seed's SLO over its unloaded latency), with
@@ -31,8 +33,9 @@ def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
     perf.identify(**t.workload)
     p = t.profile
     unloaded = _closed(t, 2 * p.min_requests, 1, seed=3000)
-    capacity = _closed(t, p.rate_requests, max(p.concurrency), seed=3001)
-    capacity_rps = capacity.request_throughput_rps
+    capacities = [_closed(t, p.capacity_requests or p.rate_requests, max(p.concurrency), seed=3001 + rep)
+                  for rep in range(p.capacity_reps)]
+    capacity_rps = statistics.median(c.request_throughput_rps for c in capacities)
     # a request whose tokens all arrived in one read (starved client) has TPOT 0: not a reference
     unloaded_tpot = statistics.median([v for v in unloaded.tpot_ms_values if v > 0] or [0.0])
     slo = p.slo or Slo(ttft_ms=max(10.0, p.slo_ttft_x * unloaded.ttft_ms.median),
@@ -56,7 +59,7 @@ def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
         best_frac.append(top)
         best_rps.append(top * capacity_rps)
 
-    perf.record("capacity_rps", [capacity_rps], unit="req/s", better="higher")
+    perf.record("capacity_rps", [c.request_throughput_rps for c in capacities], unit="req/s", better="higher")
     for frac, sums in by_frac.items():
         tag = f"@{frac:g}x"
         perf.record(f"completed_rps{tag}", [s.request_throughput_rps for s in sums], unit="req/s", better="higher")
@@ -69,7 +72,8 @@ def test_poisson_rate_sweep(perf, vllm_dense, record_latency):
     # Moves in whole steps of the rate fractions: its tolerance (pyproject.toml) allows for that.
     perf.record("max_rate_meeting_slo_vs_capacity", best_frac, unit="x", better="higher")
     perf.attach("slo", {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "min_attainment": p.min_attainment,
-                        "relative": p.slo is None, "unloaded": unloaded.to_dict(), "capacity": capacity.to_dict(),
+                        "relative": p.slo is None, "unloaded": unloaded.to_dict(),
+                        "capacity": [c.to_dict() for c in capacities], "capacity_rps": capacity_rps,
                         "capacity_concurrency": max(p.concurrency),
                         "median_best_fraction": statistics.median(best_frac)})
     perf.attach("requests", raw)

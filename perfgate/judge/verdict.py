@@ -149,7 +149,7 @@ def _decide(base: list[float], base_med: float, cur: list[float], cur_med: float
     if exact:
         return Verdict(Outcome.REGRESSION if worse else Outcome.IMPROVED, change, tol, 0.0,
                        f"{'worse' if worse else 'better'} by {shown if worse else shown[1:]} (tolerance {limit}), "
-                       f"a deterministic value (every baseline run and this run agree exactly)")
+                       f"a deterministic value ({base_med:g} in every baseline sample, {cur_med:g} in every sample here)")
     if len(base) >= MIN_SAMPLES_FOR_RANK_TEST and len(cur) >= MIN_SAMPLES_FOR_RANK_TEST and rank_test:
         p = _p_worse(base, cur, better) if worse else _p_worse(cur, base, better)
         test = "Mann-Whitney U"

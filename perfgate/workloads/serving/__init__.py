@@ -102,6 +102,12 @@ class ServingProfile:
     kv_concurrency: int = 16
     kv_requests: int = 32
     model_env: tuple[tuple[str, str], ...] = field(default=())
+    # The capacity the rate sweep's fractions are of: the median of this many closed-loop runs of this
+    # many requests (None: rate_requests) at the largest concurrency. One run of 64 requests at C=32
+    # (two waves) read 93-136 req/s within one lease, and the "0.5x" point offered 24 % more load than
+    # the baseline's: its TPOT and E2EL moved +9 to +21 % with the offered rate, not with the stack.
+    capacity_requests: int | None = None
+    capacity_reps: int = 1
 
 
 CPU_PROFILE = ServingProfile(
@@ -142,6 +148,7 @@ GPU_PROFILE = ServingProfile(
     startup_timeout_s=900.0,
     input_len=128, output_len=32, concurrency=(1, 4, 16, 32), requests_per_slot=2, min_requests=16, reps=5,
     rate_fractions=(0.25, 0.5, 0.75, 1.0, 1.25), rate_requests=64, rate_max_concurrency=64, rate_reps=5,
+    capacity_requests=256, capacity_reps=3,  # 8 waves at C=32, ~2.3 s a run on an H200
     slo=Slo(ttft_ms=250.0, tpot_ms=40.0), slo_ttft_x=3.0, slo_tpot_x=2.0, min_attainment=0.9,
     prefix_len=1024, suffix_len=32, prefix_output_len=16, prefix_requests=48, num_prefixes=4,
     prefix_concurrency=8,
