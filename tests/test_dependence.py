@@ -97,6 +97,22 @@ def test_a_host_bound_timing_is_not_comparable_and_says_why(here, base):
     assert f">= {DEVICE_BOUND:g} on both sides" in text
 
 
+@pytest.mark.parametrize("here, base, noted", [(0.70, 0.95, True), (0.95, 0.95, False), (0.70, 0.85, False),
+                                               (None, 0.95, False)],
+                         ids=["device-waited-here", "device-bound-both", "host-bound-baseline", "busy-not-recorded"])
+def test_a_slower_timing_whose_device_waited_more_than_in_the_baseline_says_so(here, base, noted):
+    # 2026-12-05, 1xH200 Poisson 0.5x: TPOT +15 % with the device busy 0.70 against 0.95; same machine, so judged
+    slower = Metric("tpot_ms", "ms", "lower", summarize([x * 1.15 for x in STEP_MS]), device_busy=here)
+    r = judge(slower, entry(STEP_MS, unit="ms", device_busy=base), machine())
+    assert r.outcome == "regression" and r.gated  # it still fails: added host work is a regression too
+    text = r.verdict["explanation"]
+    assert ("the device waited more in this run" in text) is noted, text
+    if noted:
+        assert f"device busy {here:.2f} here against {base:.2f} in the baseline" in text
+    faster = Metric("tpot_ms", "ms", "lower", summarize(STEP_MS), device_busy=here)
+    assert "waited" not in judge(faster, entry(STEP_MS, unit="ms", device_busy=base), machine()).verdict["explanation"]
+
+
 def test_ratios_and_counts_are_never_voided_by_the_machine():
     diff = compare(machine(), machine(cores=16, power_w=500.0))
     assert diff.host and diff.device

@@ -140,6 +140,17 @@ def judged_dependency(dependency: str, busy_here: float | None, busy_baseline: f
     return dependency
 
 
+def host_paced_note(busy_here: float | None, busy_baseline: float | None) -> str | None:
+    """Beside a timing that got worse: the device was busy >= DEVICE_BOUND of it in the baseline and
+    less here, so this run's extra time is time the device waited. That points at the host side (a
+    busier or slower host, more work in the serving or training loop) before the kernels; it does
+    not clear the run (a software change that adds host work is a real regression)."""
+    if busy_here is None or busy_baseline is None or not busy_here < DEVICE_BOUND <= busy_baseline:
+        return None
+    return (f"device busy {busy_here:.2f} here against {busy_baseline:.2f} in the baseline: the device waited "
+            f"more in this run, so look at the host side first (its load, the loop that feeds the device)")
+
+
 def _busy(value: float | None) -> str:
     return "not recorded" if value is None else f"{value:.2f}"
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from perfgate.judge import guard, run_noise
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.config import ABS_FLOORS, ConfigError, Settings
-from perfgate.judge.fingerprint_check import judged_dependency, not_comparable, other_workload
+from perfgate.judge.fingerprint_check import host_paced_note, judged_dependency, not_comparable, other_workload
 from perfgate.judge.metrics import Metric, summarize
 from perfgate.judge.policy import GatePolicy
 from perfgate.judge.run_noise import RunSummary
@@ -108,6 +108,9 @@ def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
                          either_way=dependency == "nothing")
         if capped:
             verdict = replace(verdict, explanation=f"{verdict.explanation}; {capped}")
+        if verdict.outcome is Outcome.REGRESSION and (paced := host_paced_note(metric.device_busy,
+                                                                                 entry.device_busy)):
+            verdict = replace(verdict, explanation=f"{verdict.explanation}; {paced}")
     gated = context.policy.gates(test_id, metric.name, dependency, tainted=bool(context.tainted))
     if (entry is not None and not gated and not context.tainted and not choice.fallback
             and metric.family != "fraction" and verdict.outcome is not Outcome.NOT_COMPARABLE):
