@@ -196,3 +196,40 @@ def test_calibrate_from_write_names_each_stored_run_as_refresh_does(tmp_path, ca
     assert all(len(r["sha256"]) == 64 for r in entry["runs"])
     assert main(["verify-baselines", str(store), "--root", str(tmp_path)]) == 0
     assert "3 run reference(s) re-derived and equal, 0 not" in capsys.readouterr().out
+
+
+def test_a_tests_own_tolerance_travels_in_the_results_and_is_what_a_held_out_run_is_judged_at(tmp_path, capsys):
+    """perf.record(..., tol=0.25): the results file keeps it (declared_tol) beside the tolerance the run was
+    judged at, so calibrate --from, tools/rejudge.py and the guard replay judge at 0.25, not the unit's 10 %."""
+    from perfgate.judge.gate import Context, evaluate
+    from perfgate.judge.baseline_choice import Choice
+    from perfgate.judge.metrics import Metric
+
+    judged = evaluate("perf/demo/test_a.py::test_a", Metric("speedup", "x", "higher", summarize([1.0]), tol=0.25),
+                      Choice(None, None, False, None), Context.of(Settings(baselines=tmp_path), "cpu-Test-2c"))
+    assert judged.declared_tol == 0.25 and judged.to_dict()["declared_tol"] == 0.25
+    back = MetricResult.from_dict(judged.to_dict())
+    assert back.declared_tol == 0.25 and back.measured().tol == 0.25
+    plain = MetricResult.from_dict({k: v for k, v in judged.to_dict().items() if k != "declared_tol"})
+    assert plain.declared_tol is None and "declared_tol" not in plain.to_dict()  # older files read as before
+
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
+    key = ("perf/demo/test_a.py::test_a", "speedup", "x")
+    files = []
+    for i, m in enumerate((100, 101, 80)):
+        doc = _doc({key: m})
+        doc["results"][0]["declared_tol"] = 0.25
+        files.append(tmp_path / f"lease{i}.json")
+        results_mod.save(files[-1], doc)
+    assert main(["calibrate", "--root", str(tmp_path), "--from", *map(str, files)]) == 0
+    out = capsys.readouterr().out
+    assert "0 would fail" in out, out  # lease 2 reads -20.4 %: inside the test's own 25 %
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.1, 11.0, True, "0.1"])
+def test_a_declared_tolerance_read_back_is_checked(bad):
+    d = MetricResult(test_id="perf/demo/test_a.py::test_a", area="demo", metric="speedup", unit="x",
+                     better="higher", tol=0.1, gated=True, summary=summarize([1.0]), verdict={}).to_dict()
+    d["declared_tol"] = bad
+    with pytest.raises(Exception, match="declared_tol is the tolerance the test gave"):
+        MetricResult.from_dict(d)

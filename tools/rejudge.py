@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from perfgate.judge.baseline_choice import BaselineChooser  # noqa: E402
 from perfgate.judge.config import load_settings  # noqa: E402
 from perfgate.judge.gate import Context, evaluate  # noqa: E402
-from perfgate.judge.metrics import Metric, summarize  # noqa: E402
 from perfgate.store import results as results_mod  # noqa: E402
 from perfgate.store.baselines import BaselineStore  # noqa: E402
 
@@ -42,8 +41,7 @@ def main(argv=None) -> int:
     for r in results_mod.metric_results(doc):
         if any(s in r.test_id for s in args.skip):
             continue
-        metric = Metric(r.metric, r.unit, r.better, summarize(r.summary.samples), depends=r.depends,
-                        device_busy=r.device_busy)
+        metric = r.measured()
         got = evaluate(r.test_id, metric, chooser.choose(r.test_id, r.metric, dependency=metric.dependency),
                        context, workload=r.workload)
         kind = "gated" if got.gated else "recorded only"

@@ -127,4 +127,4 @@ def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
                         better=metric.better, tol=tol, gated=gated, summary=summary, verdict=verdict.to_dict(),
                         baseline=base, attempts=attempts, rerun=f"pytest '{test_id}'",
                         tainted=list(context.tainted), workload=workload, depends=metric.depends,
-                        device_busy=metric.device_busy)
+                        device_busy=metric.device_busy, declared_tol=metric.tol)

@@ -78,6 +78,17 @@ def check_device_busy(value, where: str) -> float | None:
     return float(value)
 
 
+def check_declared_tol(value, where: str) -> float | None:
+    """A test's own ``tol=`` as read back from a results file: None, or a finite number in
+    [0, MAX_TOLERANCE] (what Metric accepts when the test records it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_TOLERANCE:
+        raise MetricError(f"{where}: declared_tol is the tolerance the test gave (perf.record tol=), a number in "
+                          f"[0, {MAX_TOLERANCE:g}], got {value!r}")
+    return float(value)
+
+
 def dependence_fields(x) -> dict:
     """``depends`` and ``device_busy`` of a metric, result or baseline entry as stored: only where
     recorded, so files of metrics that say neither read as before."""

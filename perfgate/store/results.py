@@ -17,7 +17,8 @@ from typing import Any
 from perfgate.judge import run_noise
 from perfgate.store.atomic import write_json_atomic
 from perfgate.store.baselines import BaselineEntry, now_iso
-from perfgate.judge.metrics import Metric, Summary, check_depends, check_device_busy, dependence_fields
+from perfgate.judge.metrics import (Metric, Summary, check_declared_tol, check_depends, check_device_busy,
+                                    dependence_fields)
 from perfgate.store.readers import Checker, ReadError, read_json
 from perfgate.store.shapes import check_results_document, check_schema
 
@@ -47,6 +48,7 @@ class MetricResult:
     workload: dict[str, str] | None = None  # what was measured beyond the test id (PerfRecorder.identify)
     depends: str | None = None  # as recorded (perf.record depends=); None: the unit's default
     device_busy: float | None = None  # share of the timed region the device was busy, as recorded
+    declared_tol: float | None = None  # the test's own tol= (perf.record), before overrides and run noise
 
     def to_dict(self) -> dict:
         d = {"test_id": self.test_id, "area": self.area, "metric": self.metric, "unit": self.unit,
@@ -56,6 +58,8 @@ class MetricResult:
         if self.workload:
             d["workload"] = dict(self.workload)
         d.update(dependence_fields(self))
+        if self.declared_tol is not None:
+            d["declared_tol"] = self.declared_tol
         return d
 
     @classmethod
@@ -66,7 +70,8 @@ class MetricResult:
                    verdict=d.get("verdict") or {}, baseline=d.get("baseline"), attempts=d.get("attempts", 1),
                    rerun=d.get("rerun", ""), tainted=d.get("tainted") or [], workload=d.get("workload") or None,
                    depends=check_depends(d.get("depends"), where),
-                   device_busy=check_device_busy(d.get("device_busy"), where))
+                   device_busy=check_device_busy(d.get("device_busy"), where),
+                   declared_tol=check_declared_tol(d.get("declared_tol"), where))
 
     @property
     def outcome(self) -> str:
@@ -74,10 +79,11 @@ class MetricResult:
 
     def measured(self) -> Metric:
         """The metric as its test recorded it, for gate.evaluate to judge again: name, unit, direction,
-        samples, what it depends on and the device's busy share. Not ``tol``: a result keeps the tolerance
-        it was judged at (after overrides and the run-noise model), not the one the test gave."""
+        samples, the test's own tolerance, what it depends on and the device's busy share. ``tol`` (the
+        tolerance it was judged at, after overrides and the run-noise model) is not the test's: files
+        written before ``declared_tol`` existed re-judge at the configured tolerances."""
         return Metric(name=self.metric, unit=self.unit, better=self.better, summary=self.summary,
-                      depends=self.depends, device_busy=self.device_busy)
+                      tol=self.declared_tol, depends=self.depends, device_busy=self.device_busy)
 
 
 def area_of(test_id: str) -> str:
