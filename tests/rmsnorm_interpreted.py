@@ -13,8 +13,8 @@ Two parts:
   copy probe and the shape's run through one run cache, ``measure_shape``'s numerics, rotating
   sets, bursts, rounds and busy shares, the reduce), to run the GPU path's plumbing where no GPU
   is. Faked for that, and only that: the device (the CPU), CUDA events (a host clock),
-  synchronize, the device's name and L2 size, the profiler's busy share (0.96), and
-  torch.compile (eager: inductor's CPU build takes minutes on this machine and is not what the
+  synchronize, the device's name and L2 size, the profiler's busy share (0.96), CUDA graph capture
+  (the launched burst stands in for its replay), and torch.compile (eager: inductor's CPU build takes minutes on this machine and is not what the
   GPU runs). The times it prints are meaningless.
 
 Usage: TRITON_INTERPRET=1 python tests/rmsnorm_interpreted.py SEED
@@ -81,6 +81,7 @@ def dry_run_area() -> None:
     torch.cuda.get_device_name = lambda device=None: "cpu (dry run)"
     torch.cuda.get_device_properties = lambda device: types.SimpleNamespace(L2_cache_size=1 << 10)  # 2 sets
     device_time.measure = lambda fn, device: (fn(), device_time.DeviceWindow(span_ms=1.0, busy_ms=0.96))
+    gpu_timing.graphed = lambda burst, device: burst
     rmsnorm_torch.compiled_rmsnorm = lambda: rmsnorm_torch.rmsnorm_eager
     kernels._device = lambda: "cpu"
     gpu_timing.BYTES_PER_SAMPLE = 1          # the fewest calls a burst takes

@@ -154,6 +154,30 @@ def test_reduce_gives_time_bandwidth_fraction_and_paired_ratios():
     assert eager["copy_bandwidth_fraction"].summary.median == pytest.approx(0.85 / 6, rel=0.03)
 
 
+def test_the_replayed_graph_gives_the_kernels_own_time_judged_across_hosts():
+    """A launch-bound shape (2026-12-02, 1xH200: compile 46-91 us a call launched, for ~10 us of device
+    work): the graph replay's time per call is recorded as a device figure, with Triton's paired ratios."""
+    small = "triton-h2048-t4096"
+    graphs = {"triton": {"graph_time_us": (9.1, 9.0, 9.2, 9.1, 9.0)}, "eager": {"graph_time_us": (30.0,) * 5},
+              "compile": {"graph_time_us": (10.0, 10.1, 9.9, 10.0, 10.0)}}
+    raw = _shape_run(small, triton_us=23.0, eager_us=40.0, compile_us=60.0, seed=4, busy=0.3, **graphs)
+    m = _recorded(small, raw).metrics
+    graph = m["graph_time_us"]
+    assert list(graph.summary.samples) == [9.1, 9.0, 9.2, 9.1, 9.0] and graph.unit == "us"
+    assert graph.depends == "device" and graph.device_busy is None  # no host in it: no busy share to carry
+    assert m["triton_over_eager_graph"].summary.median == pytest.approx(9.1 / 30.0)
+    assert m["triton_over_compile_graph"].summary.samples[2] == pytest.approx(9.2 / 9.9)
+    assert m["time_us"].device_busy == pytest.approx(0.3)  # the launched figure stays, with its busy share
+    eager = _recorded("eager-h2048-t4096", raw).metrics
+    assert "graph_time_us" in eager and "triton_over_eager_graph" not in eager
+    old = _shape_run(small, triton_us=23.0, eager_us=40.0, compile_us=60.0, seed=4)  # a run from before graphs
+    assert not {"graph_time_us", "triton_over_eager_graph"} & set(_recorded(small, old).metrics)
+    broken = _shape_run(small, triton_us=23.0, eager_us=40.0, compile_us=60.0, seed=4,
+                        triton={"graph_time_us": (9.0, float("nan"), 9.0, 9.0, 9.0)})
+    with pytest.raises(CheckFailed, match="replayed graph times per call must be finite and positive"):
+        kernels.AREA.reduce(_case(small), broken)
+
+
 @pytest.mark.parametrize("case_id, fields, match", [
     (LARGE, {"triton": {"rel_error": 0.03}}, "fp32 reference"),
     (LARGE, {"triton": {"rel_error": float("nan")}}, "NaN never passes"),
@@ -257,14 +281,17 @@ def test_the_area_runs_end_to_end_on_cpu(interpreted):
     assert set(cases) == {"triton", "eager", "compile"} and produced == 2  # the probe, the shape's run
     triton = cases["triton"]
     assert set(triton["metrics"]) == {"time_us", "bandwidth_gbps", "copy_bandwidth_fraction", "triton_over_eager",
-                                      "triton_over_compile"}
+                                      "triton_over_compile", "graph_time_us", "triton_over_eager_graph",
+                                      "triton_over_compile_graph"}
     assert len(triton["metrics"]["time_us"]["samples"]) == 5 and triton["metrics"]["time_us"]["device_busy"] == 0.96
+    graph = triton["metrics"]["graph_time_us"]  # the kernels' own time: judged across hosts, no busy share
+    assert len(graph["samples"]) == 5 and graph["depends"] == "device" and "device_busy" not in graph
     spec = triton["spec"]
     assert spec["triton_variant"] == "coalesced" and spec["calls_per_sample"] % spec["buffer_sets"] == 0
     assert max(spec["rel_error"].values()) <= rmsnorm_torch.REL_ERROR_MAX, (version, seed, spec)
     assert spec["device_busy"] == {impl: [0.96] * 3 for impl in ("triton", "eager", "compile")}
     assert len(spec["copy_probe"]["gbps"]) == gpu_timing.COPY_ROUNDS
-    assert set(cases["eager"]["metrics"]) == {"time_us", "bandwidth_gbps", "copy_bandwidth_fraction"}
+    assert set(cases["eager"]["metrics"]) == {"time_us", "bandwidth_gbps", "copy_bandwidth_fraction", "graph_time_us"}
     assert cases["eager"]["spec"]["inputs_seed"] == spec["inputs_seed"]  # read from the one run
 
 

@@ -132,9 +132,26 @@ def _check_numerics(run: ImplRun, case: Case, seed: int) -> None:
                               f"still hold the NaN poison: the kernel did not write them (inputs seed {seed})")
 
 
+def _graph_records(c: RMSNormCase, shape, case: Case) -> list[Record]:
+    """The replayed CUDA graph's time per call (the kernels' own time: it depends on the GPU and the
+    software, not on the host that launches them) and, for Triton, its ratios to eager's and compile's
+    replays of the same rounds. None from a run made before graphs were timed."""
+    own = shape.impls[c.impl].graph_time_us
+    if not own:
+        return []
+    check(finite(own) and min(own) > 0, f"{case.id}: replayed graph times per call must be finite and positive, "
+                                        f"got {list(own)}")
+    out: list[Record] = [Measured("graph_time_us", list(own), "us", "lower", options={"depends": "device"})]
+    if c.impl == "triton" and all(shape.impls[i].graph_time_us for i in ("eager", "compile")):
+        out += [Measured(f"triton_over_{other}_graph", paired_ratio(list(own), list(shape.impls[other].graph_time_us)),
+                         "x", "lower") for other in ("eager", "compile")]
+    return out
+
+
 def reduce(case: Case, raw: KernelRaw) -> list[Record]:
     """Time per call, GB/s and the fraction of the copy bandwidth, each sample one round's burst;
-    for Triton its time over eager's and over compile's in the same round. Hard invariants: every
+    for Triton its time over eager's and over compile's in the same round; the same calls replayed
+    as a CUDA graph (``graph_time_us``, and Triton's ratios of those). Hard invariants: every
     implementation read agrees with the fp32 reference and wrote every element; a Triton call that
     moves DEVICE_BOUND_BYTES or more kept the device busy (else the timing measures the host)."""
     c: RMSNormCase = case.values
@@ -166,6 +183,7 @@ def reduce(case: Case, raw: KernelRaw) -> list[Record]:
         out += [Measured("triton_over_eager", paired_ratio(own.time_us, shape.impls["eager"].time_us), "x", "lower"),
                 Measured("triton_over_compile", paired_ratio(own.time_us, shape.impls["compile"].time_us),
                          "x", "lower")]
+    out += _graph_records(c, shape, case)
     out.append(Attached("spec", {
         "impl": c.impl, "hidden": c.hidden, "tokens": c.tokens, "dtype": "bfloat16", "bytes_per_call": c.bytes_per_call,
         "buffer_sets": shape.buffer_sets, "calls_per_sample": shape.calls_per_sample, "l2_bytes": shape.l2_bytes,

@@ -15,6 +15,11 @@
   cost per call. Bursts and busy windows are long enough (:data:`BYTES_PER_SAMPLE`, tens of ms
   at HBM speed) that it is noise; with 2 ms bursts it read as a busy share of 0.76-0.84 for
   calls of 142 us whose timing reached 0.88 of the copy bandwidth.
+- **And without the launches.** Where one launch from Python costs more than the kernel (a
+  torch.compile call at 4096 tokens: 46-91 us a call for ~10 us of device work on a lent H200),
+  the burst's span is the host's. :func:`graphed` captures one burst as a CUDA graph; its replay
+  runs the same calls with no host launch between them, so that span is the kernels' own time
+  (the figure a CUDA-graphed engine such as vLLM sees), beside the launched one.
 - **The ceiling of this lease.** :func:`copy_bandwidth` times a large device-to-device copy,
   counting bytes read plus bytes written, on the machine in hand: a kernel's bandwidth is judged
   as a fraction of it, not of a datasheet figure.
@@ -89,6 +94,41 @@ class Burst:
 
     def release(self) -> None:
         self.ring = [None] * len(self.inputs)
+
+
+class Graphed:
+    """A :class:`Burst` captured once as a CUDA graph; calling it replays the graph."""
+
+    def __init__(self, burst: Burst, device):
+        import torch
+
+        self.burst = burst
+        self.graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream(device)  # torch's recipe: warm up on a side stream before capturing
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            burst()
+        torch.cuda.current_stream(device).wait_stream(side)
+        # The ring's outputs come from the graph's own memory pool from here on: a replay writes
+        # them, as a launched burst writes its fresh ones.
+        with torch.cuda.graph(self.graph):
+            burst()
+
+    def __call__(self) -> None:
+        self.graph.replay()
+
+    def timed_ms(self) -> float:
+        """One replay between two CUDA events on the current stream: its span in ms on the device."""
+        return event_span_ms(self)[1]
+
+    def release(self) -> None:
+        self.burst.release()
+        self.graph.reset()
+
+
+def graphed(burst: Burst, device) -> Graphed:
+    """``burst`` as a CUDA graph (see the module docstring): the calls' device time without launches."""
+    return Graphed(burst, device)
 
 
 def copy_bandwidth(device) -> CopyProbe:

@@ -30,6 +30,9 @@ class ImplRun:
     busy: list[float]           # device busy share of a profiled burst (perfgate.workloads.device_time)
     rel_error: float            # ||out - ref|| / ||ref|| against the fp32 reference, fresh inputs (NaN: NaN seen)
     unwritten: int              # output elements still holding the NaN poison after the call
+    # per round: one burst captured as a CUDA graph, replayed between CUDA events / calls in it (no host
+    # launch between the calls: the kernels' own time); () from runs made before it was measured
+    graph_time_us: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ For a shape (tokens x hidden, bf16):
    rotating input sets (perfgate.workloads.kernels.gpu_timing): the i-th samples of two
    implementations were measured seconds apart, so their ratio pairs round by round;
 3. ``BUSY_WINDOWS`` profiled windows of each (``gpu_timing.BUSY_BURSTS`` bursts back to back) give
-   the device's busy share.
+   the device's busy share;
+4. each burst captured as a CUDA graph (``gpu_timing.graphed``), then ``ROUNDS`` rounds of one
+   replay of every implementation in turn: the same calls with no host launch between them.
 
 Returns the raw :class:`ShapeRun`; perfgate.workloads.kernels.reduce makes the metrics.
 """
@@ -87,10 +89,19 @@ def measure_shape(tokens: int, hidden: int, device) -> ShapeRun:
     busy = {name: [device_time.measure(lambda b=burst: b.repeated(gpu_timing.BUSY_BURSTS), device)[1].fraction
                    for _ in range(BUSY_WINDOWS)]
             for name, burst in bursts.items()}
-    for burst in bursts.values():
-        burst.release()
-    del bursts, inputs
+    graphs = {name: gpu_timing.graphed(burst, device) for name, burst in bursts.items()}
+    for graph in graphs.values():
+        graph()
+    torch.cuda.synchronize(device)
+    graph_us: dict[str, list[float]] = {name: [] for name in graphs}
+    for _ in range(ROUNDS):
+        for name, graph in graphs.items():
+            graph_us[name].append(graph.timed_ms() * 1e3 / calls)
+    for graph in graphs.values():
+        graph.release()
+    del bursts, graphs, inputs
     torch.cuda.empty_cache()
-    runs = {name: ImplRun(name, time_us[name], busy[name], *numerics[name]) for name in fns}
+    runs = {name: ImplRun(name, time_us[name], busy[name], *numerics[name], graph_time_us=tuple(graph_us[name]))
+            for name in fns}
     return ShapeRun(hidden=hidden, tokens=tokens, impls=runs, buffer_sets=sets, calls_per_sample=calls, seed=seed,
                     l2_bytes=l2, device=torch.cuda.get_device_name(device), variant=pattern)
