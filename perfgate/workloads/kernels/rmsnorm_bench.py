@@ -59,6 +59,15 @@ def check_numerics(name: str, fn: Callable, tokens: int, hidden: int, gen, devic
     return rmsnorm_torch.relative_error(out, ref), rmsnorm_torch.unwritten(out)
 
 
+def _rounds(timed: dict, calls: int) -> dict[str, list[float]]:
+    """ROUNDS rounds, each timing one burst (or replay) of every implementation in turn: us per call."""
+    time_us: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(ROUNDS):
+        for name, burst in timed.items():
+            time_us[name].append(burst.timed_ms() * 1e3 / calls)
+    return time_us
+
+
 def measure_shape(tokens: int, hidden: int, device) -> ShapeRun:
     """Check, time and profile every implementation at ``tokens x hidden`` (see the module docstring)."""
     import torch
@@ -82,10 +91,7 @@ def measure_shape(tokens: int, hidden: int, device) -> ShapeRun:
         for _ in range(WARMUP_BURSTS):
             burst()
     torch.cuda.synchronize(device)
-    time_us: dict[str, list[float]] = {name: [] for name in bursts}
-    for _ in range(ROUNDS):
-        for name, burst in bursts.items():
-            time_us[name].append(burst.timed_ms() * 1e3 / calls)
+    time_us = _rounds(bursts, calls)
     busy = {name: [device_time.measure(lambda b=burst: b.repeated(gpu_timing.BUSY_BURSTS), device)[1].fraction
                    for _ in range(BUSY_WINDOWS)]
             for name, burst in bursts.items()}
@@ -93,10 +99,7 @@ def measure_shape(tokens: int, hidden: int, device) -> ShapeRun:
     for graph in graphs.values():
         graph()
     torch.cuda.synchronize(device)
-    graph_us: dict[str, list[float]] = {name: [] for name in graphs}
-    for _ in range(ROUNDS):
-        for name, graph in graphs.items():
-            graph_us[name].append(graph.timed_ms() * 1e3 / calls)
+    graph_us = _rounds(graphs, calls)
     for graph in graphs.values():
         graph.release()
     del bursts, graphs, inputs
