@@ -383,3 +383,35 @@ def test_time_limit_must_be_a_positive_number_of_seconds(value, capsys):
         with pytest.raises(SystemExit):
             main([cmd, "--time-limit", value, "--", "perf/"])
         assert "--time-limit" in capsys.readouterr().err
+
+
+def test_power_plants_the_slowdown_through_the_environment_where_the_tests_cannot(monkeypatch, capsys, tmp_path):
+    """Serving (docs/serving.md): the slowdown lives in a server started with the knob; power attaches
+    A (and both sides of A = A) to the plain server and B to the planted one, never setting the knob."""
+    from perfgate.commands import ab as ab_cmd
+    from perfgate.commands import power
+
+    sides = []
+
+    def measure(envs, rounds, pytest_args, **kw):
+        sides.append({k: dict(v[1]) for k, v in envs.items()})
+        raise ab_cmd.OutOfTime(1.0, 0.0, 0, rounds)  # enough: the sides are what this test reads
+    monkeypatch.setattr(ab_cmd, "measure", measure)
+    plain, planted = "http://127.0.0.1:8001", "http://127.0.0.1:8002"
+    for aa in ("1", "0"):
+        assert main(["power", "--slowdowns", "1.05", "--repeats", "1", "--aa-repeats", aa, "--rounds", "4",
+                     "--env", f"PERFGATE_SERVING_URL={plain}", "--b-env-at", f"1.05:PERFGATE_SERVING_URL={planted}",
+                     "--save", str(tmp_path / f"counts{aa}.json"), "--", "perf/serving", "-k", "gpu-dense"]) == 3
+    doc = json.loads((tmp_path / "counts1.json").read_text())
+    # the servers' ports are new each session: named, not kept, in what --tally compares
+    assert doc["conditions"] == {"A = A": {}, "x1.05": {"PERFGATE_SERVING_URL": "(--b-env-at)"}}
+    assert doc["b_env_at"] == [f"1.05:PERFGATE_SERVING_URL={planted}"] and doc["env"] == {"PERFGATE_SERVING_URL": plain}
+    url = "PERFGATE_SERVING_URL"
+    assert sides[0] == {"a": {url: plain}, "b": {url: plain}}           # A = A: both on the plain server
+    assert sides[1] == {"a": {url: plain}, "b": {url: planted}}         # x1.05: B on the planted one, no knob
+    assert "both: PERFGATE_SERVING_URL=" in capsys.readouterr().err
+    assert power.b_env_at(["1.1:K=V", "1.1:L=W"], [1.05, 1.1]) == {1.1: {"K": "V", "L": "W"}}
+    for bad, says in [("1.2:K=V", "FACTOR one of --slowdowns \\(1.05\\)"), ("K=V", "FACTOR:KEY=VALUE"),
+                      ("1.05:K", "expected KEY=VALUE")]:
+        with pytest.raises(ValueError, match=says):
+            power.b_env_at([bad], [1.05])

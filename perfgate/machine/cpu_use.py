@@ -2,8 +2,10 @@
 
 "Ours" is one notion, used everywhere (``own_pids``): this pytest process and all its
 descendants (the ranks, servers and commands perfgate starts); under xdist, the
-controller's tree, so sibling workers are ours too. Everything else on the machine, other
-users' jobs included, is foreign.
+controller's tree, so sibling workers are ours too; and the tree of a server the session
+measures without having started it (``PERFGATE_SERVING_URL``: the process listening on that
+loopback port, perfgate.workloads.serving.attached), whose CPU and GPU use is the measurement,
+not a neighbour's. Everything else on the machine, other users' jobs included, is foreign.
 
 Readings are cumulative counters (``read_cpu_counters``); two of them subtract into a
 ``CpuUse`` over the window between them, and a ``CpuUse`` becomes a ``CpuSample`` in cores.
@@ -14,8 +16,10 @@ one pass over /proc per reading; no thread samples in between.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 
 import psutil
@@ -132,14 +136,44 @@ def read_cpu_counters(ignore: set[int] | frozenset[int] = frozenset()) -> CpuCou
                        own_s=own, per_pid_s=others)
 
 
+ATTACHED_SERVER_ENV = "PERFGATE_SERVING_URL"
+
+
+def listening_pid(port: int) -> int | None:
+    """The process listening on TCP ``port`` of this machine, or None (none, or not ours to see)."""
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return conn.pid
+    except (psutil.Error, OSError):
+        return None
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _attached_root(url: str) -> int | None:
+    try:
+        port = urllib.parse.urlsplit(url.strip()).port
+    except ValueError:
+        return None  # the serving fixtures refuse it, saying why
+    return listening_pid(port) if port else None
+
+
 def own_pids() -> set[int]:
-    """Our process tree: this process and its descendants; under xdist, the controller's tree."""
+    """Our process tree: this process and its descendants; under xdist, the controller's tree; and
+    an attached server's tree (the module docstring)."""
+    mine = {os.getpid()}
     with contextlib.suppress(psutil.Error):
         root = psutil.Process()
         if os.environ.get("PYTEST_XDIST_WORKER") and root.parent() is not None:
             root = root.parent()  # sibling workers are ours too
-        return tree_pids(root.pid)
-    return {os.getpid()}
+        mine = tree_pids(root.pid)
+    url = os.environ.get(ATTACHED_SERVER_ENV)
+    attached = _attached_root(url) if url else None
+    if attached is not None:
+        with contextlib.suppress(psutil.Error):
+            mine |= tree_pids(attached)
+    return mine
 
 
 def proc_name(pid: int) -> str:
