@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import signal
 import sys
 import time
@@ -28,27 +27,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fixtures.serving import model_from_env, server_flags  # noqa: E402
 from perfgate.workloads import serving  # noqa: E402
 from perfgate.workloads.serving.server import ServerSpec, start_server  # noqa: E402
-from perfgate.workloads.serving.tiny_model import build_tiny_model  # noqa: E402
-
-
-def _model(profile, root: Path) -> tuple[str, tuple[str, ...]]:
-    user = os.environ.get("PERFGATE_SERVING_MODEL")
-    if user:
-        return str(Path(user).resolve()), ()
-    built = build_tiny_model(root / f"model-{profile.name}", profile.dense_model)
-    return str(built.path), built.load_format_args
 
 
 def _serve(root: Path, name: str, env: dict[str, str], profile, memory: float) -> None:
-    """The detached child: start the server, publish its URL, hold it until SIGTERM, then stop it."""
-    model, load_args = _model(profile, root)
-    user = tuple(shlex.split(os.environ.get("PERFGATE_SERVING_ENGINE_ARGS", ""))) if profile.name == "gpu" else ()
+    """The detached child: start the server, publish its URL, hold it until SIGTERM, then stop it.
+    Model and flags as the suite's own server of the profile (fixtures.serving), then the memory share."""
     memory_args = ("--gpu-memory-utilization", f"{memory:g}") if profile.name == "gpu" else ()
-    spec = ServerSpec(model=model, work_dir=root / name, env=tuple(env.items()), startup_timeout_s=profile.startup_timeout_s,
-                      engine_args=(*load_args, *profile.engine_args, "--enable-prefix-caching", *user, *memory_args))
     try:
+        model = model_from_env("PERFGATE_SERVING_MODEL", root / "models", profile.dense_model)
+        spec = ServerSpec(model=str(model.path), work_dir=root / name, env=tuple(env.items()),
+                          startup_timeout_s=profile.startup_timeout_s,
+                          engine_args=(*model.engine_args, *server_flags(profile, "--enable-prefix-caching"),
+                                       *memory_args))
         server = start_server(spec)
     except Exception as exc:  # noqa: BLE001 (the parent shows whatever stopped the start)
         (root / f"{name}.error").write_text(f"{type(exc).__name__}: {exc}\n")

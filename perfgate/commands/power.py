@@ -311,11 +311,12 @@ def schedule(repeats: int, aa_repeats: int, conditions) -> list[tuple[int, str]]
             if rep < (aa_repeats if cond == "A = A" else repeats)]
 
 
-def _document(args, pytest_args, conditions, counts, done: int, total: int, stopped: str | None = None) -> dict:
+def _document(args, pytest_args, conditions, base: dict[str, str], counts, done: int, total: int,
+              stopped: str | None = None) -> dict:
     return {"repeats": args.repeats, "aa_repeats": args.repeats if args.aa_repeats is None else args.aa_repeats,
             "rounds": args.rounds, "threshold": args.threshold,
             "knob": args.mutation or args.knob, "conditions": conditions, "pytest_args": pytest_args,
-            **({"env": ab_cmd.parse_env(args.env, "a", "--env")} if args.env else {}),
+            **({"env": base} if base else {}),
             **({"b_env_at": args.b_env_at} if args.b_env_at else {}),
             "ab_runs_done": done, "ab_runs_planned": total, "complete": done == total,
             **({"stopped": stopped} if stopped else {}),
@@ -350,11 +351,14 @@ def run(args: argparse.Namespace) -> int:
     python = sys.executable
     base = ab_cmd.parse_env(args.env, "a", "--env")
     planted = b_env_at(args.b_env_at, slowdowns)
-    conditions = {"A = A": {}} | {f"x{k:g}": planted.get(k) or knob_env(args, k) for k in slowdowns}
-    # What the counts file says of each condition: a --b-env-at value (a server's URL, its port new each
-    # start) is named, not kept, so the counts of several sessions add up (--tally); "b_env_at" keeps it.
-    recorded = {c: ({k: "(--b-env-at)" for k in env} if c != "A = A" and float(c[1:]) in planted else env)
-                for c, env in conditions.items()}
+    # What the counts file says of each condition (``recorded``): a --b-env-at value (a server's URL, its
+    # port new each start) is named, not kept, so the counts of several sessions add up (--tally);
+    # "b_env_at" keeps it.
+    conditions, recorded = {"A = A": {}}, {"A = A": {}}
+    for k in slowdowns:
+        name = f"x{k:g}"
+        conditions[name] = planted.get(k) or knob_env(args, k)
+        recorded[name] = {key: "(--b-env-at)" for key in planted[k]} if k in planted else conditions[name]
     per_condition: dict[str, list[list[MetricResult]]] = {c: [] for c in conditions}
     plan = schedule(args.repeats, aa_repeats, conditions)
     total = len(plan)
@@ -386,14 +390,14 @@ def run(args: argparse.Namespace) -> int:
         per_condition[cond].append(ab_cmd.compare(docs["a"], docs["b"], threshold=args.threshold,
                                                   confidence=args.confidence, rerun=""))
         if args.save:
-            write_json_atomic(args.save, _document(args, pytest_args, recorded, tally(per_condition),
+            write_json_atomic(args.save, _document(args, pytest_args, recorded, base, tally(per_condition),
                                                    done + 1, total))
     else:
         done = total
     if stopped:
         print(f"perfgate power: {stopped}", file=sys.stderr)
         if args.save:  # the reason goes into the file too; its counts are those of the last A/B written
-            write_json_atomic(args.save, _document(args, pytest_args, recorded, tally(per_condition),
+            write_json_atomic(args.save, _document(args, pytest_args, recorded, base, tally(per_condition),
                                                    done, total, stopped))
     _print_table(tally(per_condition), conditions,
                  f"perfgate power: {args.repeats} repeats x {args.rounds} rounds, threshold {args.threshold * 100:g}%"

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from perfgate.machine.cpu_use import ATTACHED_SERVER_ENV, listening_pid
+from perfgate.workloads.serving.server import health_ok
 
 ENV = ATTACHED_SERVER_ENV
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -98,11 +99,7 @@ class AttachedServer:
         return []
 
     def alive(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=5.0) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return health_ok(f"{self.url}/health")
 
     def log_tail(self, lines: int = 60) -> str:
         return f"(attached server at {self.url}: its log is wherever it was started)"

@@ -309,7 +309,7 @@ class VllmServer:
         self.stop()
 
 
-def _health_ok(url: str) -> bool:
+def health_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2.0) as resp:
             return resp.status == 200
@@ -353,7 +353,7 @@ def start_server(spec: ServerSpec, progress: ProgressFn | None = None,
                 held = f"; port {port} is held by another process (PID {pids}), not by this server" if foreign else ""
                 raise ServerError(f"vllm serve exited ({signal_name(proc.returncode)}) before /health answered "
                                   f"(after {time.monotonic() - t0:.0f} s){held}; {server.failure_log()}")
-            if _health_ok(health):
+            if health_ok(health):
                 owners = listening_pids(port)
                 if not owners or owners & tree_pids(proc.pid):
                     break  # ours (or the system does not say who listens: /health is all we have)
