@@ -146,7 +146,7 @@ exit 0
 """
 
 
-def _session(tmp_path, **env):
+def _session(tmp_path, script=SESSION, **env):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     for name, body in (("python3", FAKE_PYTHON), ("nvidia-smi", "#!/bin/bash\necho 'NVIDIA H200, 143771 MiB'\n")):
@@ -159,7 +159,8 @@ def _session(tmp_path, **env):
     log = tmp_path / "calls.log"
     environ = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
                "FAKE_LOG": str(log), **env}
-    got = subprocess.run(["bash", str(SESSION), "run1", str(site)], cwd=ROOT, env=environ, capture_output=True,
+    environ.setdefault("SITE", str(site))
+    got = subprocess.run(["bash", str(script), "run1", str(site)], cwd=ROOT, env=environ, capture_output=True,
                          text=True, timeout=120)
     return got, log.read_text() if log.exists() else ""
 
@@ -177,6 +178,31 @@ def test_serving_session_splits_the_selection_with_pytest_k(tmp_path):
     assert got.returncode == 0, got.stdout + got.stderr
     pytest_call = next(line for line in calls.splitlines() if "-m pytest" in line)
     assert "-k not moe" in pytest_call and "--perf-save" in pytest_call
+
+
+POWER = ROOT / "scripts" / "gpu_serving_power.sh"
+
+
+def test_serving_power_refuses_a_bad_slowdown_before_any_setup(tmp_path):
+    got, calls = _session(tmp_path, POWER, SLOWDOWN="5")
+    assert got.returncode == 2 and "SLOWDOWN=5: a fraction of the decode step" in got.stderr
+    assert calls == ""  # nothing installed, nothing started
+
+
+def test_serving_power_runs_a_on_the_plain_server_and_b_on_the_planted_one(tmp_path):
+    """Servers already up (a later call on the warm machine): no start, and power's B side attaches
+    to the planted server at the factor the slowdown names."""
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    (srv / "plain.url").write_text("http://127.0.0.1:8101\n")
+    (srv / "planted.url").write_text("http://127.0.0.1:8102\n")
+    got, calls = _session(tmp_path, POWER, SRV=str(srv), SLOWDOWN="0.1", LIMIT_S="400")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "attach_servers.py start" not in calls and "plain server already up" in got.stdout
+    power = next(line for line in calls.splitlines() if "-m perfgate power" in line)
+    assert "--slowdowns 1.1 " in power and "--env PERFGATE_SERVING_URL=http://127.0.0.1:8101" in power
+    assert "--b-env-at 1.1:PERFGATE_SERVING_URL=http://127.0.0.1:8102" in power
+    assert "-k single_stream_decode and gpu-dense" in power and "--time-limit" in power
 
 
 ATTACH = ROOT / "scripts" / "attach_servers.py"
