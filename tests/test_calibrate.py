@@ -46,14 +46,14 @@ def test_false_alarm_rate_and_detectable_regression():
     assert cal.detectable(None, alpha=0.01, power=0.8) is None
 
 
-def _doc(medians_by_metric, tainted=False):
+def _doc(medians_by_metric, tainted=False, boot_id=None, factors=(0.99, 1.0, 1.01)):
     res = []
     for (test, metric, unit), med in medians_by_metric.items():
         res.append(MetricResult(test_id=test, area="demo", metric=metric, unit=unit, better="higher", tol=0.1,
-                                gated=True, summary=summarize([med * f for f in (0.99, 1.0, 1.01)]),
+                                gated=True, summary=summarize([med * f for f in factors]),
                                 verdict={"outcome": "new"}, tainted=["busy"] if tainted else []))
-    return results_mod.make_document(res, hardware_id="cpu-Test-2c", fingerprint={"software": {"torch": "x"}},
-                                     commit="abc")
+    fingerprint = {"software": {"torch": "x"}, **({"boot_id": boot_id} if boot_id else {})}
+    return results_mod.make_document(res, hardware_id="cpu-Test-2c", fingerprint=fingerprint, commit="abc")
 
 
 def test_calibrate_docs_pools_runs_and_reads_configured_tolerance(tmp_path):
@@ -147,6 +147,33 @@ def test_calibrate_from_saved_runs_judges_each_run_against_the_others(tmp_path, 
     assert main(["calibrate", "--root", str(tmp_path), "--from", *map(str, files)]) == 0
     out = capsys.readouterr().out
     assert "0 would fail" in out and "25.0%" in out
+
+
+def test_a_lease_that_ran_twice_is_held_out_whole_and_weighs_once(tmp_path, capsys):
+    """Two leases, the second of which saved two runs (a call cut short, then the rest): holding out one
+    of its runs with its twin left in the pool hid most of the move between the leases (-11.6 % against
+    the pool of lease A and the twin, inside a 15 % tolerance, where the leases differ by 20 %); it is
+    held out with its twin since, against lease A alone."""
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nbaselines = "baselines"\n')
+    (tmp_path / "baselines" / "cpu-Test-2c").mkdir(parents=True)
+    (tmp_path / "baselines" / "cpu-Test-2c" / "tolerances.toml").write_text(
+        '[overrides]\n"perf/demo/*@speedup" = 0.15\n')
+    key = ("perf/demo/test_a.py::test_a", "speedup", "x")
+    runs = (("a", 100, "boot-A"), ("b1", 80, "boot-B"), ("b2", 81, "boot-B"))
+    six = (0.985, 0.99, 0.995, 1.005, 1.01, 1.015)
+    files = [tmp_path / f"{name}.json" for name, _, _ in runs]
+
+    def calibrate(boots: bool) -> str:
+        for (name, median, boot), path in zip(runs, files):
+            results_mod.save(path, _doc({key: median}, boot_id=boot if boots else None, factors=six))
+        assert main(["calibrate", "--root", str(tmp_path), "--from", *map(str, files)]) == 0
+        return capsys.readouterr().out
+
+    out = calibrate(boots=False)  # each run held out alone: b1 against a and its twin b2
+    assert "sittings" not in out and "0 would fail" in out
+    out = calibrate(boots=True)
+    assert "the 3 runs come from 2 sittings (boots and days): each run is held out with the others of its sitting" in out
+    assert "2 would fail" in out and "b1.json: test_a speedup: worse by +20.0%" in out
 
 
 def test_calibrate_from_refuses_what_it_cannot_use(tmp_path, capsys):

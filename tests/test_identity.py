@@ -126,6 +126,7 @@ class FakeNVML:
     def nvmlSystemGetDriverVersion(self): return "580.159.04"
     def nvmlSystemGetCudaDriverVersion(self): return 13000
     def nvmlShutdown(self): pass
+    def nvmlDeviceGetUUID(self, h): return self._get(h, "uuid")
     def nvmlDeviceGetEnforcedPowerLimit(self, h): return self._get(h, "limit")
     def nvmlDeviceGetPowerManagementDefaultLimit(self, h): return self._get(h, "default")
     def nvmlDeviceGetApplicationsClock(self, h, c): return self._get(h, "app")[c]
@@ -165,6 +166,20 @@ def test_gpu_ids_at_defaults_keep_todays_names():
     assert (g["power_limit_w"], g["power_default_w"], g["mig"], g["ecc"]) == (700.0, 700.0, False, True)
     assert (g["pcie_max_gen"], g["pcie_max_width"], g["pcie_gen_now"]) == (5, 16, 1)
     assert hardware.hardware_id(gpu_fp([dict(H200), dict(H200)], nvlinks=18)) == "2xH200-NV18"
+
+
+def test_the_boot_and_the_cards_are_recorded_but_do_not_change_the_id(tmp_path):
+    """A lent machine is fresh each lease: its boot id (and the GPUs' UUIDs) tell which runs shared a
+    sitting (perfgate.judge.run_noise), and nothing else: the id and the comparison ignore them."""
+    one = gpu_fp([dict(H200, uuid="GPU-1111")])
+    other = gpu_fp([dict(H200, uuid="GPU-2222")])
+    assert one["gpus"][0]["uuid"] == "GPU-1111" and "uuid" not in gpu_fp([dict(H200)])["gpus"][0]
+    assert hardware.hardware_id(one) == hardware.hardware_id(other) == "1xH200"
+    assert compare(dict(one, boot_id="b-1"), dict(other, boot_id="b-2")).comparable
+    boot = tmp_path / "boot_id"
+    boot.write_text("419531a9-e17a-4735-9a31-9dfb282c6e37\n")
+    assert hardware.boot_id(str(boot)) == "419531a9-e17a-4735-9a31-9dfb282c6e37"
+    assert hardware.boot_id(str(tmp_path / "absent")) is None
 
 
 def test_gpu_power_cap_clocks_mig_and_ecc_change_the_id():

@@ -61,6 +61,18 @@ def test_center_is_the_median_of_run_medians_not_of_samples():
     assert run_noise.between_run_spread(runs([100.0, 101.0, 99.0])) == pytest.approx(0.014826, rel=1e-3)
 
 
+def test_a_sitting_that_ran_twice_weighs_once_in_the_center():
+    """Two leases, the second ran twice: its runs are one sitting (one boot id), and the reference level
+    is the median of the two leases (10 and 20.25: 15.125), not the twin-heavy median of three runs (20)."""
+    def run(median, boot, when="2026-12-05T06:00:00+00:00"):
+        return RunSummary(median=median, spread=None, n=5, when=when, host={"boot_id": boot} if boot else {})
+    assert run_noise.center([run(10.0, "a"), run(20.0, "b"), run(20.5, "b")]) == pytest.approx(15.125)
+    # one boot, another day (a machine up for weeks): another sitting
+    assert run_noise.center([run(10.0, "a"), run(20.0, "b"), run(20.5, "b", "2026-12-06T06:00:00+00:00")]) == 20.0
+    assert run_noise.center([run(10.0, None), run(20.0, None), run(20.5, None)]) == 20.0  # none recorded: as before
+    assert run_noise.center([run(10.0, "a"), run(20.0, None), run(30.0, "a")]) == 20.0  # (20, 20): one sitting + one run
+
+
 def test_host_identity_reads_what_the_fingerprint_has():
     fp = {"hostname": "node7", "boot_id": "b-1", "gpus": [{"index": 0, "uuid": "GPU-aa"}, {"index": 1}]}
     assert run_noise.host_identity(fp) == {"hostname": "node7", "boot_id": "b-1", "gpu_uuids": ["GPU-aa"]}
@@ -155,6 +167,24 @@ def test_refresh_refuses_runs_that_disagree_unless_forced(tmp_path, capsys):
     c = _save(tmp_path / "r3.json", _doc("d3", [10.0], gated=False))
     d = _save(tmp_path / "r4.json", _doc("d4", [20.0], gated=False))
     assert main(["refresh", c, d, "--root", str(root), "--yes"]) == 0
+
+
+def test_refresh_refuses_runs_of_machines_that_differ_unless_allowed(tmp_path, capsys):
+    """A pooled baseline keeps the newest run's fingerprint: a 32-core run pooled under a 16-core
+    fingerprint would be judged as a 16-core one. Runs that differ where the gate compares machines
+    are refused, naming the field; a software difference is not one."""
+    root = _project(tmp_path)
+    big, small = _doc("d1", [10.0, 10.1, 9.9]), _doc("d2", [10.0, 10.1, 9.9])
+    big["fingerprint"]["cpu"], small["fingerprint"]["cpu"] = {"cores": 32}, {"cores": 16}
+    small["fingerprint"]["software"] = {"torch": "y"}
+    a, b = _save(tmp_path / "r1.json", big), _save(tmp_path / "r2.json", small)
+    assert main(["refresh", a, b, "--root", str(root), "--yes"]) == 2
+    err = capsys.readouterr().err
+    assert "machines that differ" in err and "cpu.cores: 32 -> 16 (" in err and "--allow-other-machines" in err
+    assert not (root / "baselines").exists()
+    assert main(["refresh", a, b, "--root", str(root), "--yes", "--allow-other-machines"]) == 0
+    big["fingerprint"]["cpu"] = {"cores": 16}  # the same machine kind, another torch: pooled
+    assert main(["refresh", _save(tmp_path / "r1.json", big), b, "--root", str(root), "--yes"]) == 0
 
 
 def test_refresh_from_a_dirty_tree_needs_a_flag(tmp_path, capsys):

@@ -51,7 +51,7 @@ from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineEntry, now_iso
 from perfgate.judge.config import load_settings
 from perfgate.judge.gate import tolerance
-from perfgate.judge.held_out import HeldOut, leave_one_out, worst
+from perfgate.judge.held_out import HeldOut, leave_one_out, sitting_note, worst
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.judge.metrics import MAX_TOLERANCE, summarize
 from perfgate.report.run_report import fmt_number, short_id
@@ -65,7 +65,7 @@ DEFAULT_FRACTION_FLOOR = 0.01
 
 _OWN_OPTIONS = {"--from", "--runs", "--k", "--floor", "--fraction-floor", "--alpha", "--power", "--write", "--yes",
                 "--include-tainted", "--hardware-id", "--baselines", "--root", "--keep", "--allow-dirty",
-                "--allow-other-workload"}
+                "--allow-other-workload", "--allow-other-machines"}
 
 
 def register(sub) -> None:
@@ -89,6 +89,8 @@ def register(sub) -> None:
                    help="with --write: accept runs of a tree with uncommitted changes (recorded as provenance)")
     p.add_argument("--allow-other-workload", action="store_true",
                    help="with --write: replace stored baselines that measured another workload")
+    p.add_argument("--allow-other-machines", action="store_true",
+                   help="with --write: pool runs whose machines differ in compared fingerprint fields")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
     p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
@@ -387,19 +389,21 @@ def run(args: argparse.Namespace) -> int:
               f"held-out run fails it.")
     for line in wrap_words(legend, width):
         print(line)
-    for line in held_out_summary(cals, held):
+    note = sitting_note(docs)
+    for line in ([note] if note else []) + held_out_summary(cals, held):
         print(line)
     if not args.write:
         return 0
     # force: calibrate's tolerance is made from how far its runs disagree, so their disagreement is its
     # measurement, not a reason to refuse it (refresh's check compares runs against a tolerance set before)
     checks = Checks(allow_dirty=args.allow_dirty, force=True, include_tainted=args.include_tainted,
-                    allow_other_workload=args.allow_other_workload)
+                    allow_other_workload=args.allow_other_workload, allow_other_machines=args.allow_other_machines)
     baseline_writer.check_documents(docs, names, checks)
+    baseline_writer.check_machines(docs, names, checks)
     plan = baseline_writer.plan_from_entries(
         hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names,
                              refs=[run_store.run_reference(Path(n), hardware_id) for n in names] if args.saved else None),
-        fingerprint=docs[-1].get("fingerprint"), source=f"calibrate ({len(docs)} {source})")
+        fingerprint=baseline_writer.newest_fingerprint(docs), source=f"calibrate ({len(docs)} {source})")
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=root / "pyproject.toml")
     if not args.yes:

@@ -46,6 +46,9 @@ def register(sub) -> None:
                    help="pool runs even where their medians disagree beyond the tolerance")
     p.add_argument("--allow-dirty", action="store_true",
                    help="accept runs measured on a tree with uncommitted changes (commit ends in -dirty-<diff hash>)")
+    p.add_argument("--allow-other-machines", action="store_true",
+                   help="pool runs whose machines differ in compared fingerprint fields (cores, ISA, GPU settings); "
+                        "the baseline keeps the newest run's fingerprint")
     p.add_argument("--allow-other-workload", action="store_true",
                    help="replace stored baselines that measured another workload (model, engine flags)")
     p.add_argument("--allow-interrupted", action="store_true",
@@ -85,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     names = [str(p) for p in args.results]
     docs = [results_mod.load(p) for p in args.results]
     checks = Checks(allow_dirty=args.allow_dirty, force=args.force, include_tainted=args.include_tainted,
-                    allow_other_workload=args.allow_other_workload, allow_interrupted=args.allow_interrupted)
+                    allow_other_workload=args.allow_other_workload, allow_interrupted=args.allow_interrupted,
+                    allow_other_machines=args.allow_other_machines)
     refs = [run_store.run_reference(p, d["hardware_id"]) for p, d in zip(args.results, docs)]
     # the id's committed table judges whether the runs agree (as its sessions will judge them)
     settings = load_settings(args.root, args.baselines, hardware_id=docs[0]["hardware_id"])

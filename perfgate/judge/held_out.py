@@ -7,7 +7,9 @@ tolerance table of the hardware id, the run-level noise model of the pooled entr
 record-only rules, the gross-change guard, and the fingerprint comparison between the held-out run's
 machine and the pool's (a lease on another host reads ``not-comparable`` here as it would in CI).
 Runs from different leases, nights or nodes are the spread a tolerance has to cover; this is what
-``perfgate calibrate --from`` prints beside its proposal (docs/lifecycle.md).
+``perfgate calibrate --from`` prints beside its proposal (docs/lifecycle.md). So a run is held out
+with every run of its sitting (the same boot on the same day: a lease that ran twice), where the runs come from
+two sittings or more: a twin left in the pool would hide most of the spread between leases.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.fingerprint_check import compare
 from perfgate.judge.gate import Context, evaluate
+from perfgate.judge.run_noise import sitting_key
 from perfgate.store import results as results_mod
 from perfgate.store.baselines import BaselineEntry
 
@@ -49,9 +52,12 @@ def leave_one_out(docs: list[dict], names: list[str], settings, hardware_id: str
     if len(docs) < 2:
         raise ValueError("leave-one-out needs at least 2 runs")
     context = Context.of(settings, hardware_id)
+    sittings = sitting_of(docs)
+    by_sitting = len(set(sittings)) >= 2
     out: dict[Key, list[HeldOut]] = {}
     for i, (doc, name) in enumerate(zip(docs, names)):
-        rest = [(d, n) for j, (d, n) in enumerate(zip(docs, names)) if j != i]
+        rest = [(d, n) for j, (d, n) in enumerate(zip(docs, names))
+                if (sittings[j] != sittings[i] if by_sitting else j != i)]
         pooled = results_mod.pool([d for d, _ in rest], [n for _, n in rest], include_tainted=include_tainted)
         entries = results_mod.baseline_entries(pooled, include_tainted=include_tainted)
         diff = compare(pooled.get("fingerprint"), doc.get("fingerprint") or {})
@@ -68,6 +74,26 @@ def leave_one_out(docs: list[dict], names: list[str], settings, hardware_id: str
                 HeldOut(run=name, outcome=v["outcome"], gated=got.gated, change=v.get("change"),
                         explanation=v.get("explanation", ""), median=got.summary.median, baseline=entry))
     return out
+
+
+def sitting_of(docs: list[dict]) -> list[object]:
+    """Each run's sitting (run_noise.sitting_key: its boot on its day), or the run itself where it
+    recorded no boot id."""
+    return [sitting_key((doc.get("fingerprint") or {}).get("boot_id"), doc.get("created")) or ("run", i)
+            for i, doc in enumerate(docs)]
+
+
+def sitting_note(docs: list[dict]) -> str | None:
+    """What leave-one-out held out together, where the runs shared boots; None when each run is its own."""
+    sittings = sitting_of(docs)
+    distinct = len(set(sittings))
+    if distinct == len(docs):
+        return None
+    if distinct == 1:
+        return (f"the {len(docs)} runs share one boot and day (one sitting): each is held out alone, so the held-out "
+                f"changes show the spread inside one sitting, not between leases")
+    return (f"the {len(docs)} runs come from {distinct} sittings (boots and days): each run is held out with the "
+            f"others of its sitting")
 
 
 def worst(held: list[HeldOut]) -> HeldOut | None:

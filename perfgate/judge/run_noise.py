@@ -12,7 +12,9 @@ contributing run (median, within-run spread, when, commit, host identity), and:
   gated, and letting them widen the tolerance further lets anything pass (run medians of
   1e-300, 1 and 1e29 made it 445 %); the verdict says when the cap applied;
 - the reference level is the median of the run medians, not of the pooled samples (a run
-  with more samples must not weigh more);
+  with more samples must not weigh more), with the runs of one sitting (one boot on one day: one
+  lease of a lent machine) first taken as one, their median (a lease that ran twice must not weigh
+  twice);
 - runs whose medians disagree beyond the tolerance (one would fail against another) are not
   pooled silently.
 
@@ -114,12 +116,27 @@ def between_run_spread(runs: Sequence[RunSummary], *, absolute: bool = False) ->
     return robust_spread([r.median for r in runs], absolute=absolute)
 
 
+def sitting_key(boot_id: str | None, when: str | None) -> str | None:
+    """A sitting: one boot on one (UTC) day. A lent machine boots fresh each lease, so there it is the
+    lease; a workstation up for a month is a new sitting each day. None without a boot id."""
+    return f"{boot_id}@{(when or '')[:10]}" if boot_id else None
+
+
+def sitting(run: RunSummary) -> str | None:
+    """The sitting the run was measured in (:func:`sitting_key`), None where the run recorded no boot id."""
+    return sitting_key(run.host.get("boot_id"), run.when)
+
+
 def center(runs: Sequence[RunSummary]) -> float:
-    """The reference level: the median of the run medians."""
+    """The reference level: the median over sittings of each sitting's median run median (a run that
+    recorded no boot id is a sitting of its own, so a baseline of such runs keeps the median of them all)."""
     if not runs:
         raise ValueError("no runs")
     _finite([r.median for r in runs], "run median")
-    return float(np.median([r.median for r in runs]))
+    groups: dict[object, list[float]] = {}
+    for i, r in enumerate(runs):
+        groups.setdefault(sitting(r) or i, []).append(r.median)
+    return float(np.median([float(np.median(g)) for g in groups.values()]))
 
 
 def _widening(configured: float, runs: Sequence[RunSummary], k: float, absolute: bool) -> tuple[float, float]:

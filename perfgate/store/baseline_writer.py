@@ -32,7 +32,7 @@ from typing import Callable
 
 from perfgate import mutations
 from perfgate.judge import run_noise
-from perfgate.judge.fingerprint_check import workload_changes
+from perfgate.judge.fingerprint_check import compare, workload_changes
 from perfgate.judge.metrics import MAX_STORED_SAMPLES
 from perfgate.report.run_report import short_id
 from perfgate.store import interrupts, locks, results as results_mod
@@ -62,6 +62,7 @@ class Checks:
     include_tainted: bool = False
     allow_other_workload: bool = False
     allow_interrupted: bool = False  # refresh only: the finished tests of a run cut short
+    allow_other_machines: bool = False  # refresh only: pool runs whose machines differ in compared fields
     prefix: str = "--"  # "--perf-" in a pytest session: --perf-allow-dirty
 
     def option(self, name: str) -> str:
@@ -120,6 +121,39 @@ def distinct(docs: list[dict], names: list[str], say: Callable[[str], object]) -
         kept_docs.append(d)
         kept_names.append(n)
     return kept_docs, kept_names
+
+
+def other_machines(docs: list[dict], names: list[str]) -> list[str]:
+    """``run: cpu.cores 32 -> 16 (newest.json)`` for each run whose machine differs from the newest run's
+    in a field the gate compares (perfgate.judge.fingerprint_check). A pooled baseline stores the newest
+    run's fingerprint: runs of another machine in it would be judged as if measured on that one."""
+    if len(docs) < 2:
+        return []
+    newest = max(range(len(docs)), key=lambda i: docs[i].get("created") or "")
+    ref = docs[newest].get("fingerprint") or {}
+    out = []
+    for i, (doc, name) in enumerate(zip(docs, names)):
+        if i == newest or not doc.get("fingerprint") or not ref:
+            continue
+        fields = compare(doc["fingerprint"], ref).relevant
+        if fields:
+            shown = ", ".join(f.replace(" (baseline) ->", " ->").replace(" (here)", "") for f in fields)
+            out.append(f"{name}: {shown} ({names[newest]})")
+    return out
+
+
+def check_machines(docs: list[dict], names: list[str], checks: Checks) -> None:
+    """Refuse pooling runs of machines that differ in compared fields (:func:`other_machines`)."""
+    mixed = other_machines(docs, names)
+    if mixed and not checks.allow_other_machines:
+        raise WriteRefused(f"not written: the runs come from machines that differ where the gate compares them "
+                           f"({'; '.join(mixed)}); a baseline keeps one machine's fingerprint, so pool the runs of "
+                           f"one machine, or pass {checks.option('allow-other-machines')} to pool them anyway")
+
+
+def newest_fingerprint(docs: list[dict]) -> dict | None:
+    """The fingerprint a baseline pooled from ``docs`` keeps: the newest run's (as results.pool's document)."""
+    return max(docs, key=lambda d: d.get("created") or "").get("fingerprint") if docs else None
 
 
 def disagreeing(by_area: ByArea, ungated: set[tuple[str, str]], settings=None) -> list[dict]:
@@ -215,6 +249,7 @@ def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
     check_documents(docs, names, checks)
     ref_of = dict(zip(names, refs)) if refs else {}
     docs, names = distinct(docs, names, say)
+    check_machines(docs, names, checks)
     doc = results_mod.pool(docs, names, include_tainted=checks.include_tainted,
                            refs=[ref_of[n] for n in names] if refs else None)
     by_area = selected(results_mod.baseline_entries(doc, include_tainted=checks.include_tainted), tests, metrics)
