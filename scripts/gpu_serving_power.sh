@@ -42,6 +42,10 @@ for name in plain planted; do
 done
 
 left=$(( LIMIT_S - ($(date +%s) - T0) - 30 ))
+if [ "$left" -lt 120 ]; then  # an A/B takes ~100 s: the servers are up, the next call measures
+    say "only $left s left after the server starts: no A/B this call (the servers stay up for the next)"
+    exit 3
+fi
 say "perfgate power for at most $left s"
 PYTHONUNBUFFERED=1 python3 -m perfgate power --slowdowns "$factor" --repeats "${REPEATS:-10}" \
     --aa-repeats "${AA_REPEATS:-5}" --rounds "${ROUNDS:-4}" --time-limit "$left" --save "$OUT/$RUN-counts.json" \
