@@ -399,11 +399,10 @@ def run(args: argparse.Namespace) -> int:
     checks = Checks(allow_dirty=args.allow_dirty, force=True, include_tainted=args.include_tainted,
                     allow_other_workload=args.allow_other_workload, allow_other_machines=args.allow_other_machines)
     baseline_writer.check_documents(docs, names, checks)
-    baseline_writer.check_machines(docs, names, checks)
     plan = baseline_writer.plan_from_entries(
         hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names,
                              refs=[run_store.run_reference(Path(n), hardware_id) for n in names] if args.saved else None),
-        fingerprint=baseline_writer.newest_fingerprint(docs), source=f"calibrate ({len(docs)} {source})")
+        fingerprint=results_mod.newest(docs).get("fingerprint"), source=f"calibrate ({len(docs)} {source})")
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=root / "pyproject.toml")
     if not args.yes:

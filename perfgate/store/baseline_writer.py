@@ -62,7 +62,7 @@ class Checks:
     include_tainted: bool = False
     allow_other_workload: bool = False
     allow_interrupted: bool = False  # refresh only: the finished tests of a run cut short
-    allow_other_machines: bool = False  # refresh only: pool runs whose machines differ in compared fields
+    allow_other_machines: bool = False  # pool runs whose machines differ in compared fields
     prefix: str = "--"  # "--perf-" in a pytest session: --perf-allow-dirty
 
     def option(self, name: str) -> str:
@@ -87,7 +87,8 @@ class Plan:
 
 
 def check_documents(docs: list[dict], names: list[str], checks: Checks) -> None:
-    """The refusals that a results document earns by what it says about its run."""
+    """The refusals that results documents earn by what they say about their runs: each run's own, then
+    the set's (machines that differ, :func:`other_machines`)."""
     for name, d in zip(names, docs):
         if d.get("interrupted") and not checks.allow_interrupted:
             raise WriteRefused(f"{name} comes from an interrupted run; re-run to completion before refreshing, or "
@@ -106,6 +107,11 @@ def check_documents(docs: list[dict], names: list[str], checks: Checks) -> None:
         raise WriteRefused(f"measured on an uncommitted tree: {', '.join(dirty)}; commit and re-run, or pass "
                            f"{checks.option('allow-dirty')} to record the dirty tree's commit and diff hash as "
                            f"provenance")
+    mixed = other_machines(docs, names)
+    if mixed and not checks.allow_other_machines:
+        raise WriteRefused(f"not written: the runs come from machines that differ where the gate compares them "
+                           f"({'; '.join(mixed)}); a baseline keeps one machine's fingerprint, so pool the runs of "
+                           f"one machine, or pass {checks.option('allow-other-machines')} to pool them anyway")
 
 
 def distinct(docs: list[dict], names: list[str], say: Callable[[str], object]) -> tuple[list[dict], list[str]]:
@@ -129,31 +135,17 @@ def other_machines(docs: list[dict], names: list[str]) -> list[str]:
     run's fingerprint: runs of another machine in it would be judged as if measured on that one."""
     if len(docs) < 2:
         return []
-    newest = max(range(len(docs)), key=lambda i: docs[i].get("created") or "")
-    ref = docs[newest].get("fingerprint") or {}
+    last = results_mod.newest(docs)
+    ref, last_name = last.get("fingerprint") or {}, names[next(i for i, d in enumerate(docs) if d is last)]
     out = []
-    for i, (doc, name) in enumerate(zip(docs, names)):
-        if i == newest or not doc.get("fingerprint") or not ref:
+    for doc, name in zip(docs, names):
+        if doc is last or not doc.get("fingerprint") or not ref:
             continue
         fields = compare(doc["fingerprint"], ref).relevant
         if fields:
             shown = ", ".join(f.replace(" (baseline) ->", " ->").replace(" (here)", "") for f in fields)
-            out.append(f"{name}: {shown} ({names[newest]})")
+            out.append(f"{name}: {shown} ({last_name})")
     return out
-
-
-def check_machines(docs: list[dict], names: list[str], checks: Checks) -> None:
-    """Refuse pooling runs of machines that differ in compared fields (:func:`other_machines`)."""
-    mixed = other_machines(docs, names)
-    if mixed and not checks.allow_other_machines:
-        raise WriteRefused(f"not written: the runs come from machines that differ where the gate compares them "
-                           f"({'; '.join(mixed)}); a baseline keeps one machine's fingerprint, so pool the runs of "
-                           f"one machine, or pass {checks.option('allow-other-machines')} to pool them anyway")
-
-
-def newest_fingerprint(docs: list[dict]) -> dict | None:
-    """The fingerprint a baseline pooled from ``docs`` keeps: the newest run's (as results.pool's document)."""
-    return max(docs, key=lambda d: d.get("created") or "").get("fingerprint") if docs else None
 
 
 def disagreeing(by_area: ByArea, ungated: set[tuple[str, str]], settings=None) -> list[dict]:
@@ -249,7 +241,6 @@ def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
     check_documents(docs, names, checks)
     ref_of = dict(zip(names, refs)) if refs else {}
     docs, names = distinct(docs, names, say)
-    check_machines(docs, names, checks)
     doc = results_mod.pool(docs, names, include_tainted=checks.include_tainted,
                            refs=[ref_of[n] for n in names] if refs else None)
     by_area = selected(results_mod.baseline_entries(doc, include_tainted=checks.include_tainted), tests, metrics)

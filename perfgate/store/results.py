@@ -177,6 +177,11 @@ def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, d
     return out
 
 
+def newest(docs: list[dict]) -> dict:
+    """The most recently created of ``docs``: its fingerprint is the one a pool of them keeps."""
+    return max(docs, key=lambda d: d.get("created") or "")
+
+
 def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False,
          refs: list[dict] | None = None) -> dict:
     """Several runs on one hardware id -> one document whose metrics hold all runs' samples.
@@ -226,8 +231,7 @@ def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False,
                             device_busy=None if None in busy else min(busy),
                             tainted=[t for _, _, r in use for t in (r.get("tainted") or [])],
                             left_out=[c[1] for c in contributions if all(c[2] is not u[2] for u in use)]))
-    last = max(docs, key=lambda d: d.get("created") or "")
-    out = dict(last, results=results)
+    out = dict(newest(docs), results=results)
     out["pooled_from"] = [{"file": n, "created": d.get("created"), "commit": d.get("commit")} for n, d in zip(names, docs)]
     return out
 
