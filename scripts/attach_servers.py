@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fixtures.serving import model_from_env, server_flags  # noqa: E402
 from perfgate.workloads import serving  # noqa: E402
-from perfgate.workloads.serving.server import ServerSpec, start_server  # noqa: E402
+from perfgate.workloads.serving.server import ServerSpec, health_ok, start_server  # noqa: E402
 
 
 def _serve(root: Path, name: str, env: dict[str, str], profile, memory: float) -> None:
@@ -63,7 +63,23 @@ def start(args) -> int:
             print(f"attach_servers: {pair!r}: expected KEY=VALUE", file=sys.stderr)
             return 2
         env[key] = value
-    for stale in (f"{args.name}.url", f"{args.name}.error", f"{args.name}.pid"):
+    # what this server is started with: a start of a name already up returns it only when asked the same
+    asked = "".join(f"{line}\n" for line in (f"--profile {args.profile}",
+                                               f"--gpu-memory-utilization {args.gpu_memory_utilization:g}",
+                                               *(f"{k}={v}" for k, v in sorted(env.items()))))
+    url_file, args_file, pid_file = (root / f"{args.name}.{ext}" for ext in ("url", "args", "pid"))
+    if pid_file.exists() and url_file.exists() and health_ok(f"{url_file.read_text().strip()}/health"):
+        # one server per name: a second one would overwrite this one's PID file, and `stop` could not end it
+        was = args_file.read_text() if args_file.exists() else ""
+        if was != asked:
+            print(f"attach_servers: {args.name} is already up at {url_file.read_text().strip()}, started with "
+                  f"{', '.join(was.splitlines()) or 'nothing recorded'}; `stop {root}` first to start it with "
+                  f"{', '.join(asked.splitlines())}", file=sys.stderr)
+            return 1
+        print(f"attach_servers: {args.name} is already up", file=sys.stderr)
+        print(url_file.read_text().strip())
+        return 0
+    for stale in (f"{args.name}.url", f"{args.name}.error", f"{args.name}.pid", f"{args.name}.args"):
         (root / stale).unlink(missing_ok=True)
     profile = serving.PROFILES[args.profile]
     pid = os.fork()
@@ -76,7 +92,8 @@ def start(args) -> int:
             _serve(root, args.name, env, profile, args.gpu_memory_utilization)
         finally:
             os._exit(0)
-    (root / f"{args.name}.pid").write_text(f"{pid}\n")
+    pid_file.write_text(f"{pid}\n")
+    args_file.write_text(asked)
     deadline = time.monotonic() + profile.startup_timeout_s + 60
     while time.monotonic() < deadline:
         if (root / f"{args.name}.url").exists():
@@ -105,6 +122,7 @@ def stop(args) -> int:
             pass
         pid_file.unlink()
         (root / f"{pid_file.stem}.url").unlink(missing_ok=True)
+        (root / f"{pid_file.stem}.args").unlink(missing_ok=True)
     print(f"attach_servers: stopped {stopped} server(s) started in {root}")
     return 0
 

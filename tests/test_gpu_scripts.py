@@ -225,3 +225,36 @@ def test_attach_servers_refuses_a_bad_pair_and_stops_only_what_it_started(tmp_pa
                          timeout=60)
     assert out.returncode == 0 and f"stopped 0 server(s) started in {tmp_path}" in out.stdout
     assert not (tmp_path / "gone.pid").exists() and not (tmp_path / "gone.url").exists()
+
+
+def test_attach_servers_returns_a_name_already_up_and_refuses_to_restart_it_otherwise(tmp_path):
+    """A second `start` of a running name used to start another server and overwrite the first one's PID
+    file, so `stop` could no longer end it (a leaked server holding GPU memory). Asked the same, it returns
+    the running server's URL; asked otherwise, it refuses and says to stop it first. Nothing is started."""
+    health = subprocess.Popen([sys.executable, "-c", (
+        "import http.server as h\n"
+        "class H(h.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+        "    def log_message(self, *a): pass\n"
+        "s = h.HTTPServer(('127.0.0.1', 0), H); print(s.server_port, flush=True); s.serve_forever()\n")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{health.stdout.readline().strip()}"
+        (tmp_path / "planted.url").write_text(url + "\n")
+        (tmp_path / "planted.pid").write_text(f"{health.pid}\n")
+        (tmp_path / "planted.args").write_text("--profile gpu\n--gpu-memory-utilization 0.42\n"
+                                               "PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.05\n")
+
+        def start(*extra):
+            return subprocess.run([sys.executable, str(ATTACH), "start", str(tmp_path), "planted", *extra],
+                                  capture_output=True, text=True, timeout=60)
+
+        same = start("PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.05")
+        assert same.returncode == 0 and same.stdout.strip() == url and "already up" in same.stderr
+        other = start("PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.10")
+        assert other.returncode == 1 and "is already up" in other.stderr and "stop" in other.stderr
+        assert (tmp_path / "planted.pid").read_text() == f"{health.pid}\n"  # still the running one's
+    finally:
+        health.kill()
+        health.wait()
+
