@@ -67,7 +67,7 @@ def start(args) -> int:
     asked = "".join(f"{line}\n" for line in (f"--profile {args.profile}",
                                                f"--gpu-memory-utilization {args.gpu_memory_utilization:g}",
                                                *(f"{k}={v}" for k, v in sorted(env.items()))))
-    url_file, args_file, pid_file = (root / f"{args.name}.{ext}" for ext in ("url", "args", "pid"))
+    url_file, args_file, pid_file, error_file = (root / f"{args.name}.{ext}" for ext in ("url", "args", "pid", "error"))
     if pid_file.exists() and url_file.exists() and health_ok(f"{url_file.read_text().strip()}/health"):
         # one server per name: a second one would overwrite this one's PID file, and `stop` could not end it
         was = args_file.read_text() if args_file.exists() else ""
@@ -79,8 +79,8 @@ def start(args) -> int:
         print(f"attach_servers: {args.name} is already up", file=sys.stderr)
         print(url_file.read_text().strip())
         return 0
-    for stale in (f"{args.name}.url", f"{args.name}.error", f"{args.name}.pid", f"{args.name}.args"):
-        (root / stale).unlink(missing_ok=True)
+    for stale in (url_file, error_file, pid_file, args_file):
+        stale.unlink(missing_ok=True)
     profile = serving.PROFILES[args.profile]
     pid = os.fork()
     if pid == 0:  # the child leads a session of its own: it outlives this command (and a device call)
@@ -96,16 +96,16 @@ def start(args) -> int:
     args_file.write_text(asked)
     deadline = time.monotonic() + profile.startup_timeout_s + 60
     while time.monotonic() < deadline:
-        if (root / f"{args.name}.url").exists():
-            print((root / f"{args.name}.url").read_text().strip())
+        if url_file.exists():
+            print(url_file.read_text().strip())
             return 0
-        if (root / f"{args.name}.error").exists():
-            print(f"attach_servers: {args.name}: {(root / f'{args.name}.error').read_text()}", file=sys.stderr)
-            (root / f"{args.name}.pid").unlink()  # it has ended: `stop` must not signal a PID reused since
+        if error_file.exists():
+            print(f"attach_servers: {args.name}: {error_file.read_text()}", file=sys.stderr)
+            pid_file.unlink()  # it has ended: `stop` must not signal a PID reused since
             return 1
         time.sleep(1.0)
     os.kill(pid, signal.SIGTERM)
-    (root / f"{args.name}.pid").unlink()
+    pid_file.unlink()
     print(f"attach_servers: {args.name}: no URL after {profile.startup_timeout_s + 60:.0f} s; stopped", file=sys.stderr)
     return 1
 
