@@ -29,14 +29,13 @@ factor=$(awk -v s="$SLOWDOWN" 'BEGIN { if (s !~ /^[0-9]*\.?[0-9]+$/ || s + 0 <= 
     || { echo "SLOWDOWN=$SLOWDOWN: a fraction of the decode step in (0, 1), e.g. 0.05" >&2; exit 2; }
 source scripts/gpu_serving_env.sh || exit 1
 
-up() { [ -f "$SRV/$1.url" ] && python3 -c "import sys, urllib.request as u; u.urlopen(sys.argv[1] + '/health', timeout=5)" \
-    "$(cat "$SRV/$1.url")" 2>/dev/null; }
 # One at a time: vLLM sizes its KV cache from the memory free while it profiles, which a second
-# start beside it would change. The second start reuses the first one's compiled kernels.
+# start beside it would change. The second start reuses the first one's compiled kernels. A later
+# call on the warm machine finds both up: `start` returns a name that is up when asked the same, and
+# refuses one started with another knob (another SLOWDOWN: `STOP=1` the lease's last call first).
 for name in plain planted; do
-    up "$name" && { say "$name server already up at $(cat "$SRV/$name.url")"; continue; }
     knob=(); [ "$name" = planted ] && knob=("PERFGATE_TEST_MUTATION=serving_decode_slowdown:$SLOWDOWN")
-    say "starting the $name server ${knob[*]}"
+    say "the $name server ${knob[*]}"
     python3 scripts/attach_servers.py start "$SRV" "$name" "${knob[@]}" || exit 1
     say "$name server up at $(cat "$SRV/$name.url")"
 done

@@ -190,15 +190,18 @@ def test_serving_power_refuses_a_bad_slowdown_before_any_setup(tmp_path):
 
 
 def test_serving_power_runs_a_on_the_plain_server_and_b_on_the_planted_one(tmp_path):
-    """Servers already up (a later call on the warm machine): no start, and power's B side attaches
-    to the planted server at the factor the slowdown names."""
+    """Each server is asked of `attach_servers.py start` (which returns one already up when asked the
+    same, and refuses another knob), the planted one with the knob; power's B side attaches to the
+    planted server at the factor the slowdown names."""
     srv = tmp_path / "srv"
     srv.mkdir()
     (srv / "plain.url").write_text("http://127.0.0.1:8101\n")
     (srv / "planted.url").write_text("http://127.0.0.1:8102\n")
     got, calls = _session(tmp_path, POWER, SRV=str(srv), SLOWDOWN="0.1", LIMIT_S="400")
     assert got.returncode == 0, got.stdout + got.stderr
-    assert "attach_servers.py start" not in calls and "plain server already up" in got.stdout
+    starts = [line for line in calls.splitlines() if "attach_servers.py start" in line]
+    assert [line.split(" start ", 1)[1] for line in starts] == [
+        f"{srv} plain", f"{srv} planted PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.1"]
     power = next(line for line in calls.splitlines() if "-m perfgate power" in line)
     assert "--slowdowns 1.1 " in power and "--env PERFGATE_SERVING_URL=http://127.0.0.1:8101" in power
     assert "--b-env-at 1.1:PERFGATE_SERVING_URL=http://127.0.0.1:8102" in power
