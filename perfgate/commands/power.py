@@ -281,13 +281,21 @@ def _print_table(counts: dict[tuple[str, str], dict[str, Tally]], conditions, ti
     print("cells: regression verdicts / A/B runs (mean measured worsening of B against A)")
 
 
+def slowed_by(conditions: dict[str, dict[str, str]]) -> str:
+    """What gave B its slowdowns, as the counts file records the conditions: the knob's variable, or the
+    variable --b-env-at set (a planted server's URL) -- not the --knob default that no A/B used."""
+    names = {f"{key} by --b-env-at" if value == "(--b-env-at)" else key
+             for cond, env in conditions.items() if cond != "A = A" for key, value in env.items()}
+    return ", ".join(sorted(names)) or "A = A only"
+
+
 def tally_files(args: argparse.Namespace) -> int:
     names = [str(p) for p in args.tally]
     first, counts = merge_counts([load_counts(p) for p in args.tally], names)
     ab_runs = sum(c.runs for by_cond in counts.values() for c in by_cond.values()) // max(len(counts), 1)
     _print_table(counts, first["conditions"],
                  f"perfgate power: {len(names)} counts file(s), {ab_runs} A/Bs x {first['rounds']} rounds, threshold "
-                 f"{first['threshold'] * 100:g}% ({first['knob']}; {shlex.join(first['pytest_args'])})")
+                 f"{first['threshold'] * 100:g}% ({slowed_by(first['conditions'])}; {shlex.join(first['pytest_args'])})")
     if args.save:
         write_json_atomic(args.save, {**{k: first[k] for k in _SAME_IN_EVERY_FILE}, "tallied_from": names,
                                       "ab_runs_done": ab_runs, "complete": True,
