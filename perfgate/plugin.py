@@ -341,6 +341,16 @@ _MARKUP = {"regression": {"red": True, "bold": True}, "noisy": {"yellow": True},
            "new": {"blue": True}, "verdict": {"green": True, "bold": True}, "note": {"yellow": True}}
 
 
+def _judged_with(settings, hardware_id: str) -> str:
+    """Where the baselines are, and whose tolerances.toml judged them where it is another id's."""
+    where = str(settings.baselines / hardware_id)
+    borrowed = settings.tolerances_id
+    if borrowed and borrowed != hardware_id and (settings.baselines / borrowed / "tolerances.toml").exists():
+        where += (f"; tolerances from {settings.baselines / borrowed / 'tolerances.toml'} "
+                  f"({hardware_id} has no tolerances.toml of its own)")
+    return where
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
@@ -357,7 +367,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                   table=config.getoption("--perf-table"), notes=outputs.report_notes(state),
                                   full_table_at=config.getoption("--perf-markdown"),
                                   current_software=hardware.fingerprint()["software"],
-                                  baselines_at=str(state.settings.baselines / state.hardware_id))
+                                  baselines_at=_judged_with(state.settings, state.hardware_id))
     for line in lines:
         tr.write_line(line.text, **_MARKUP.get(line.style, {}))
     new = [r for r in state.results if r.outcome == "new"]

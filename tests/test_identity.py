@@ -391,10 +391,39 @@ def test_tolerances_come_from_the_family_when_this_id_has_none(tmp_path):
     # another make with as many cores: the same machine class (a shared 2-core VM)
     assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-AMD-EPYC-isaunknown-2c"
     assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-4c") == "cpu-Intel-Xeon-avx512-4c"  # not its size
-    assert tolerances_id(tmp_path, "1xH200") == "1xH200"                                       # not a CPU
+    assert tolerances_id(tmp_path, "1xH200") == "1xH200"                         # a GPU id never reads a CPU's
     (tmp_path / "cpu-Intel-Xeon-amx-2c").mkdir()
     (tmp_path / "cpu-Intel-Xeon-amx-2c" / "tolerances.toml").write_text("[tolerances]\nratio = 0.30\n")
     assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-Intel-Xeon-amx-2c"      # its family first
+
+
+def test_a_gpu_id_reads_the_tolerances_of_another_card_of_the_same_machine_size(tmp_path):
+    """The first H100 lease (2026-12-05) found no 1xH100 tolerances: a second would have gated its host
+    figures (TTFT, client-paced throughput) at the bare defaults, which the H200's leases showed false-alarm."""
+    for hw in ("1xH200", "2xH200-NV18", "8xV100-PCIE-32GB-PCIe"):
+        (tmp_path / hw).mkdir()
+        (tmp_path / hw / "tolerances.toml").write_text("[tolerances]\nlatency = 0.05\n")
+    assert tolerances_id(tmp_path, "1xH100-80GB-HBM3") == "1xH200"
+    assert tolerances_id(tmp_path, "1xH100-80GB-HBM3-pl500W") == "1xH200"
+    assert tolerances_id(tmp_path, "2xH100-80GB-HBM3-NV18") == "2xH200-NV18"
+    assert tolerances_id(tmp_path, "2xH100-80GB-HBM3-PCIe") == "2xH100-80GB-HBM3-PCIe"   # another interconnect
+    assert tolerances_id(tmp_path, "8xH100-80GB-HBM3-PCIe") == "8xV100-PCIE-32GB-PCIe"
+    assert tolerances_id(tmp_path, "4xH100-80GB-HBM3-NV18") == "4xH100-80GB-HBM3-NV18"   # no 4-GPU file
+    assert tolerances_id(tmp_path, "cpu-AMD-EPYC-avx2-2c") == "cpu-AMD-EPYC-avx2-2c"     # a CPU never reads a GPU's
+
+
+def test_the_summary_names_tolerances_borrowed_from_another_id(tmp_path):
+    from perfgate.judge.config import load_settings
+    from perfgate.plugin import _judged_with
+
+    (tmp_path / "baselines" / "1xH200").mkdir(parents=True)
+    (tmp_path / "baselines" / "1xH200" / "tolerances.toml").write_text("[tolerances]\nlatency = 0.05\n")
+    settings = load_settings(tmp_path, hardware_id="1xH100-80GB-HBM3")
+    assert settings.tolerances["latency"] == 0.05
+    assert _judged_with(settings, "1xH100-80GB-HBM3") == (
+        f"{tmp_path / 'baselines' / '1xH100-80GB-HBM3'}; tolerances from "
+        f"{tmp_path / 'baselines' / '1xH200' / 'tolerances.toml'} (1xH100-80GB-HBM3 has no tolerances.toml of its own)")
+    assert _judged_with(load_settings(tmp_path, hardware_id="1xH200"), "1xH200") == str(tmp_path / "baselines" / "1xH200")
 
 
 def test_committed_cpu_baselines_are_marked_isa_unknown():

@@ -10,7 +10,8 @@ Exact counts depend on no machine at all: after this id and its family, any id's
 the same test and metric serves (a CI machine of a new kind still catches a DDP change from 7
 all-reduces per step to 1). The same family rule picks the per-machine tolerances.toml when
 this id has none: noise is a property of the machine size and sharing, which the family shares;
-a CPU id with no family file takes one of a CPU of another make with as many cores.
+an id with no family file takes one of another model of the same size (as many CPU cores; as many
+GPUs on the same interconnect).
 """
 from __future__ import annotations
 
@@ -65,26 +66,41 @@ def family_candidates(hardware_id: str, available: list[str]) -> list[str]:
     return sorted(others, key=distance)
 
 
-def same_size_cpu_ids(hardware_id: str, available: list[str]) -> list[str]:
-    """CPU ids of other models with as many cores as ``hardware_id`` (its machine class: a shared
-    N-core VM), by name; none for a GPU id."""
-    if not is_cpu_id(hardware_id):
-        return []
+def _gpu_shape(hardware_id: str) -> tuple[int, str] | None:
+    """(GPU count, interconnect) of a GPU id: ``2xH200-NV18`` -> (2, "NV18"), ``1xH100-80GB-HBM3`` -> (1, "")."""
+    base = id_family(hardware_id)[0]
+    count, sep, rest = base.partition("x")
+    if not sep or not count.isdigit():
+        return None
+    link = rest.rsplit("-", 1)[-1] if int(count) > 1 else ""
+    return int(count), link if link == "PCIe" or (link.startswith("NV") and link[2:].isdigit()) else ""
+
+
+def same_size_ids(hardware_id: str, available: list[str]) -> list[str]:
+    """Ids of other hardware models of the same machine size, by name: for a CPU id, CPUs of other makes
+    with as many cores (a shared N-core VM); for a GPU id, other cards with as many GPUs and the same
+    interconnect (a lent 1-GPU machine: its 16 host cores set the host figures, H100 or H200)."""
     family = id_family(hardware_id)[0]
-    size = family.rsplit("-", 1)[1]
-    return sorted(h for h in available if h != hardware_id and is_cpu_id(h)
-                  and id_family(h)[0] != family and id_family(h)[0].rsplit("-", 1)[1] == size)
+    if is_cpu_id(hardware_id):
+        size = family.rsplit("-", 1)[1]
+        return sorted(h for h in available if h != hardware_id and is_cpu_id(h)
+                      and id_family(h)[0] != family and id_family(h)[0].rsplit("-", 1)[1] == size)
+    shape = _gpu_shape(hardware_id)
+    return sorted(h for h in available if h != hardware_id and not is_cpu_id(h) and shape is not None
+                  and id_family(h)[0] != family and _gpu_shape(h) == shape)
 
 
 def tolerances_id(baselines_root: Path, hardware_id: str) -> str:
     """The id whose ``tolerances.toml`` applies: this id's if it has one, else the nearest of its family,
-    else (CPU ids) one of another CPU model with as many cores: a shared 2-core VM is noisy the same
-    way whoever made its CPU (an Intel AMX CI machine read the AMD 2-core VMs' spreads, 2026-12-02)."""
+    else one of another model of the same machine size: a shared 2-core VM is noisy the same way whoever
+    made its CPU (an Intel AMX CI machine read the AMD 2-core VMs' spreads, 2026-12-02), and a lent 1-GPU
+    machine's host figures (TTFT, client-paced throughput, launch-bound kernels) are its host's whichever
+    card it holds (the first H100 lease, 2026-12-05, would have gated them at the bare defaults)."""
     root = Path(baselines_root)
     if (root / hardware_id / "tolerances.toml").exists() or not root.is_dir():
         return hardware_id
     ids = sorted(p.name for p in root.iterdir() if (p / "tolerances.toml").exists())
-    near = family_candidates(hardware_id, ids) or same_size_cpu_ids(hardware_id, ids)
+    near = family_candidates(hardware_id, ids) or same_size_ids(hardware_id, ids)
     return near[0] if near else hardware_id
 
 
