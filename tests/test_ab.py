@@ -296,10 +296,14 @@ def test_power_tally_refuses_files_that_measured_something_else(tmp_path, capsys
     (lambda c: c.update(changes=[float("nan")]), "is not a finite number"),
     (lambda c: c.update(regressions=0), "regressions=0 but the outcomes hold 1"),
     (lambda c: c.update(runs=3), "do not match runs=3"),
+    ("conditions", "conditions['x1.05']: expected the variables B ran with"),
 ])
 def test_power_tally_checks_every_number_it_reads(tmp_path, capsys, edit, message):
     doc = _counts_doc(["pass"], ["regression"], [0.05])
-    edit(doc["metrics"][0]["x1.05"])
+    if edit == "conditions":
+        doc["conditions"]["x1.05"] = ["PERFGATE_SERVING_URL"]
+    else:
+        edit(doc["metrics"][0]["x1.05"])
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(doc, allow_nan=True))
     assert main(["power", "--tally", str(path)]) == 2

@@ -191,6 +191,10 @@ def load_counts(path: Path) -> dict:
     for key in _SAME_IN_EVERY_FILE:
         if key not in doc:
             raise ValueError(f"{path}: no {key!r}: not a counts file of `perfgate power --save`")
+    for cond, env in doc["conditions"].items():
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise ValueError(f"{path}: conditions[{cond!r}]: expected the variables B ran with (names to values), "
+                             f"got {env!r}"[:300])
     _count(doc["rounds"], f"{path}: rounds")
     _finite(doc["threshold"], f"{path}: threshold")
     for i, m in enumerate(doc["metrics"]):
