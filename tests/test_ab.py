@@ -258,7 +258,7 @@ def test_power_tally_adds_up_counts_files_of_several_sessions(tmp_path, capsys):
     three.write_text(json.dumps(old))
     merged = tmp_path / "all.json"
     assert main(["power", "--tally", str(one), str(two), str(three), "--save", str(merged)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the title wraps at the terminal's width
     assert "3 counts file(s), 8 A/Bs x 4 rounds, threshold 3% (PERFGATE_TEST_MUTATION; -m 1gpu" in out
     assert "0/4" in out and "3/4 (+4.8%)" in out
     doc = json.loads(merged.read_text())
@@ -274,7 +274,7 @@ def test_power_tally_names_the_variable_that_slowed_b_not_an_unused_knob(tmp_pat
     path.write_text(json.dumps(_counts_doc(["pass"], ["regression"], [0.06], knob="PERFGATE_TEST_COLLECTIVE_SLOWDOWN",
                                            conditions={"A = A": {}, "x1.05": {"PERFGATE_SERVING_URL": "(--b-env-at)"}})))
     assert main(["power", "--tally", str(path)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the title wraps at the terminal's width
     assert "(PERFGATE_SERVING_URL by --b-env-at; -m 1gpu" in out and "COLLECTIVE" not in out
 
 
