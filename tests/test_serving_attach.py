@@ -42,11 +42,17 @@ def test_anything_else_is_refused_saying_what_to_give(text, says):
 class _FakeVllm(http.server.BaseHTTPRequestHandler):
     models: list = []
     health = 200
+    metrics = ""
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         if self.path == "/health":
             self.send_response(self.health)
             self.end_headers()
+            return
+        if self.path == "/metrics":
+            self.send_response(200 if self.metrics else 404)
+            self.end_headers()
+            self.wfile.write(self.metrics.encode())
             return
         body = json.dumps({"object": "list", "data": self.models}).encode()
         self.send_response(200)
@@ -87,6 +93,18 @@ def test_a_server_of_one_local_model_is_attached_with_its_directory_and_process(
     assert server.pid is None or server.pid > 0  # this process, where psutil may look
     server.stop()  # not ours to stop
     assert server.alive()
+
+
+def test_an_attached_server_that_served_a_warm_up_already_is_not_warmed_again(fake_server, monkeypatch):
+    """A serving A/B attaches 8 pytest runs a round trip to one long-running server; each warmed it up again
+    (36 requests, ~1.4 s of a ~19 s run on an H100). vLLM's own request counter says it is warm."""
+    url = f"http://127.0.0.1:{fake_server.server_address[1]}"
+    assert serving_fixtures.requests_served(url) is None  # no /metrics: warm up, as before
+    monkeypatch.setattr(_FakeVllm, "metrics", "# HELP x\nvllm:request_success_total{finished_reason=\"stop\"} 3\n"
+                                              "vllm:request_success_total{finished_reason=\"length\"} 40\n")
+    assert serving_fixtures.requests_served(url) == 43 >= serving_fixtures.WARM_UP_REQUESTS
+    monkeypatch.setattr(_FakeVllm, "metrics", "vllm:request_success_total{finished_reason=\"length\"} 5\n")
+    assert serving_fixtures.requests_served(url) == 5 < serving_fixtures.WARM_UP_REQUESTS
 
 
 def test_what_cannot_be_attached_says_why(fake_server, tmp_path):
