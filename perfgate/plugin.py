@@ -344,8 +344,8 @@ _MARKUP = {"regression": {"red": True, "bold": True}, "noisy": {"yellow": True},
 def _judged_with(settings, hardware_id: str) -> str:
     """Where the baselines are, and whose tolerances.toml judged them where it is another id's."""
     where = str(settings.baselines / hardware_id)
-    borrowed = settings.tolerances_id
-    if borrowed and borrowed != hardware_id and (settings.baselines / borrowed / "tolerances.toml").exists():
+    borrowed = settings.tolerances_id  # another id only where that id has the file (baseline_choice.tolerances_id)
+    if borrowed and borrowed != hardware_id:
         where += (f"; tolerances from {settings.baselines / borrowed / 'tolerances.toml'} "
                   f"({hardware_id} has no tolerances.toml of its own)")
     return where

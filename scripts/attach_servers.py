@@ -68,16 +68,17 @@ def start(args) -> int:
                                                f"--gpu-memory-utilization {args.gpu_memory_utilization:g}",
                                                *(f"{k}={v}" for k, v in sorted(env.items()))))
     url_file, args_file, pid_file, error_file = (root / f"{args.name}.{ext}" for ext in ("url", "args", "pid", "error"))
-    if pid_file.exists() and url_file.exists() and health_ok(f"{url_file.read_text().strip()}/health"):
+    running = url_file.read_text().strip() if pid_file.exists() and url_file.exists() else None
+    if running and health_ok(f"{running}/health"):
         # one server per name: a second one would overwrite this one's PID file, and `stop` could not end it
         was = args_file.read_text() if args_file.exists() else ""
         if was != asked:
-            print(f"attach_servers: {args.name} is already up at {url_file.read_text().strip()}, started with "
+            print(f"attach_servers: {args.name} is already up at {running}, started with "
                   f"{', '.join(was.splitlines()) or 'nothing recorded'}; `stop {root}` first to start it with "
                   f"{', '.join(asked.splitlines())}", file=sys.stderr)
             return 1
         print(f"attach_servers: {args.name} is already up", file=sys.stderr)
-        print(url_file.read_text().strip())
+        print(running)
         return 0
     for stale in (url_file, error_file, pid_file, args_file):
         stale.unlink(missing_ok=True)

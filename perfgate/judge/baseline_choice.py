@@ -86,7 +86,9 @@ def same_size_ids(hardware_id: str, available: list[str]) -> list[str]:
         return sorted(h for h in available if h != hardware_id and is_cpu_id(h)
                       and id_family(h)[0] != family and id_family(h)[0].rsplit("-", 1)[1] == size)
     shape = _gpu_shape(hardware_id)
-    return sorted(h for h in available if h != hardware_id and not is_cpu_id(h) and shape is not None
+    if shape is None:
+        return []
+    return sorted(h for h in available if h != hardware_id and not is_cpu_id(h)
                   and id_family(h)[0] != family and _gpu_shape(h) == shape)
 
 

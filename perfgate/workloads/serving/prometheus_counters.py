@@ -87,6 +87,14 @@ class StepCounters:
         return (self.generation_tokens - before.generation_tokens) / ds if ds > 0 else float("nan")
 
 
+def requests_finished(base_url: str) -> float:
+    """Requests the server has finished since it started, whatever their finish reason
+    (``vllm:request_success``)."""
+    (n,) = read_counters(base_url, ("vllm:request_success_total", "vllm:request_success"),
+                         why="vLLM without V1 metrics?")
+    return n
+
+
 def preemptions(base_url: str) -> float:
     """Requests the scheduler preempted so far (``vllm:num_preemptions``: it ran out of KV blocks
     and evicted a running request, to recompute it later)."""
