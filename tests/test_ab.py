@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import textwrap
 
 import pytest
@@ -357,6 +358,29 @@ SLEEPY_TEST = textwrap.dedent('''
 @pytest.fixture
 def sleepy_project(tmp_path):
     return _demo_project(tmp_path, "test_sleepy.py", SLEEPY_TEST)
+
+
+def test_each_side_s_torch_is_asked_once_and_told_to_its_runs(sleepy_project, tmp_path, monkeypatch):
+    """A run's fingerprint records its torch's CPU capability, and asking costs a child that imports torch
+    (1.8 s of each ~8 s serving run on 2 cores). `ab` asks each side's interpreter once and hands the answer
+    to that side's runs; B's venv is asked itself, never handed A's (an inherited answer was A's)."""
+    from perfgate.commands import ab as ab_cmd
+    from perfgate.machine import cpu_info
+
+    asked = tmp_path / "asked"
+    b_python = tmp_path / "venv-b" / "python"  # B's "venv": answers the capability question, else the real one
+    b_python.parent.mkdir()
+    b_python.write_text(f'#!/bin/sh\nif [ "$1" = "-c" ]; then echo b >> {asked}; echo B-ISA; exit 0; fi\n'
+                        f'exec {sys.executable} "$@"\n')
+    b_python.chmod(0o755)
+    monkeypatch.setenv(cpu_info.TORCH_CACHE_ENV, "A-ISA")  # this interpreter's answer, known already
+    monkeypatch.setenv("SLEEPY_S", "0")
+    docs, _ = ab_cmd.measure({"a": (sys.executable, {}), "b": (str(b_python), {})}, 2,
+                             ["perf/demo/test_sleepy.py", "-q", "-p", "no:hypothesispytest"],
+                             root=sleepy_project, hardware_id="cpu-Test-2c")
+    told = {side: [d["fingerprint"]["cpu"]["torch_capability"] for d in docs[side]] for side in "ab"}
+    assert told == {"a": ["A-ISA", "A-ISA"], "b": ["B-ISA", "B-ISA"]}
+    assert asked.read_text() == "b\n"  # once, for both of B's runs
 
 
 def test_power_time_limit_stops_before_rounds_that_cannot_finish(sleepy_project, capsys):

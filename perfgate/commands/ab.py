@@ -25,6 +25,7 @@ import numpy as np
 from perfgate.judge import ab_stats
 from perfgate.store import results as results_mod
 from perfgate.judge.metrics import summarize
+from perfgate.machine import cpu_info
 from perfgate.report.run_report import metric_table, regression_line
 from perfgate.report.textable import stdout_width
 from perfgate.store.results import MetricResult, area_of
@@ -189,6 +190,11 @@ def measure(sides: dict[str, tuple[str, dict[str, str]]], rounds: int, pytest_ar
     so far times the rounds left must fit before it, or OutOfTime is raised."""
     docs: dict[str, list[dict]] = {"a": [], "b": []}
     took: list[float] = []
+    # each run's fingerprint asks the side's torch for its CPU capability: asked once per side here
+    # instead of once per run (a child importing torch: 1.8 s on 2 CPU cores, more beside a GPU)
+    sides = {side: (python, env if cpu_info.TORCH_CACHE_ENV in env else
+                    {**env, cpu_info.TORCH_CACHE_ENV: cpu_info.torch_cpu_capability(python=python) or ""})
+             for side, (python, env) in sides.items()}
     with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
         folder = keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
