@@ -251,7 +251,8 @@ def test_power_tally_adds_up_counts_files_of_several_sessions(tmp_path, capsys):
     two.write_text(json.dumps(_counts_doc(["pass", "noisy"], ["regression", "pass"], [0.063, 0.02],
                                           pytest_args=["-m", "1gpu", "-k", "mb4", "-p", "no:cacheprovider",
                                                        "perf/training"])))
-    old = _counts_doc(["pass"], ["regression"], [0.05])
+    old = _counts_doc(["pass"], ["regression"], [0.05],  # a plugin that does not measure: no difference
+                      pytest_args=["-m", "1gpu", "-k", "mb4", "-p", "no:hypothesispytest", "perf/training"])
     for cond in ("A = A", "x1.05"):  # as written before the verdicts were kept
         for key in ("changes", "outcomes", "intervals"):
             del old["metrics"][0][cond][key]
@@ -283,6 +284,7 @@ def test_power_tally_names_the_variable_that_slowed_b_not_an_unused_knob(tmp_pat
     ({"rounds": 8}, "rounds 8 is not"),
     ({"pytest_args": ["-m", "1gpu", "perf/serving"]}, "pytest_args"),
     ({"knob": "collective_slowdown"}, "knob"),
+    ({"pytest_args": ["-m", "1gpu", "-k", "mb4", "-p", "no:perfgate", "perf/training"]}, "pytest_args"),
 ])
 def test_power_tally_refuses_files_that_measured_something_else(tmp_path, capsys, change, message):
     a, b = tmp_path / "a.json", tmp_path / "b.json"

@@ -231,13 +231,18 @@ def load_counts(path: Path) -> dict:
     return doc
 
 
+# plugins whose absence does not change what a run measures: pytest's cache of last failures, and
+# hypothesis's reporting (the serving power script drops it: ~1 s of imports at each run's end)
+_UNMEASURED_PLUGINS = ("no:cacheprovider", "no:hypothesispytest")
+
+
 def _comparable(key: str, value):
-    """pytest's cache provider does not change what a run measures: ``-p no:cacheprovider`` is not a difference."""
+    """``-p no:cacheprovider`` and ``-p no:hypothesispytest`` are not a difference between two selections."""
     if key != "pytest_args" or not isinstance(value, list):
         return value
     out, i = [], 0
     while i < len(value):
-        if value[i] == "-p" and value[i + 1:i + 2] == ["no:cacheprovider"]:
+        if value[i] == "-p" and i + 1 < len(value) and value[i + 1] in _UNMEASURED_PLUGINS:
             i += 2
             continue
         out.append(value[i])
