@@ -385,6 +385,17 @@ def test_each_side_s_torch_is_asked_once_and_told_to_its_runs(sleepy_project, tm
     assert asked.read_text() == "b\n"  # once, for both of B's runs
 
 
+def test_a_run_that_saves_nothing_stops_with_pytest_s_last_lines(sleepy_project):
+    from perfgate.commands import pytest_run
+
+    with pytest.raises(pytest_run.PytestRunError) as err:
+        pytest_run.run_saving(["perf/demo/no_such_test.py"], sleepy_project / "r.json", root=sleepy_project,
+                              hardware_id="cpu-Test-2c", env_extra={"SLEEPY_S": "0"})
+    text = str(err.value)
+    assert text.startswith("pytest exited 4 and wrote no results (SLEEPY_S=0 ")  # 4: usage error
+    assert "no_such_test.py" in text.splitlines()[-1] or "not found" in text
+
+
 def test_power_time_limit_stops_before_rounds_that_cannot_finish(sleepy_project, capsys):
     """A fresh 1xH200 lease ran one A/B's rounds at ~97 s each under a 300 s call limit: 3 of 4 rounds
     ran and none counted. With --time-limit the first round's pace (two runs of >= 1 s here) says the

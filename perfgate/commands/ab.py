@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ import numpy as np
 from perfgate.judge import ab_stats
 from perfgate.store import results as results_mod
 from perfgate.judge.metrics import summarize
-from perfgate.machine import cpu_info
+from perfgate.commands import pytest_run
 from perfgate.report.run_report import metric_table, regression_line
 from perfgate.report.textable import stdout_width
 from perfgate.store.results import MetricResult, area_of
@@ -108,16 +107,7 @@ def _python(path: Path | None, side: str) -> str:
 def run_round(python: str, env_extra: dict[str, str], pytest_args: list[str], save: Path, *, root: Path,
               hardware_id: str | None) -> dict:
     """One pytest run of the selection under one side's environment -> its results document."""
-    cmd = [python, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "--perf-retries=0",
-           f"--perf-save={save}"]
-    if hardware_id:
-        cmd += ["--perf-hardware-id", hardware_id]
-    env = dict(os.environ, **env_extra)
-    proc = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    if proc.returncode not in (0, 1) or not save.exists():  # 1: a test failed (e.g. vs a baseline); numbers count
-        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-        shown = " ".join(f"{k}={v}" for k, v in env_extra.items())
-        raise ABError(f"pytest exited {proc.returncode} and wrote no results ({shown} {' '.join(cmd)}):\n{tail}")
+    pytest_run.run_saving(pytest_args, save, root=root, hardware_id=hardware_id, python=python, env_extra=env_extra)
     return results_mod.load(save)
 
 
@@ -190,11 +180,6 @@ def measure(sides: dict[str, tuple[str, dict[str, str]]], rounds: int, pytest_ar
     so far times the rounds left must fit before it, or OutOfTime is raised."""
     docs: dict[str, list[dict]] = {"a": [], "b": []}
     took: list[float] = []
-    # each run's fingerprint asks the side's torch for its CPU capability: asked once per side here
-    # instead of once per run (a child importing torch: 1.8 s on 2 CPU cores, more beside a GPU)
-    sides = {side: (python, env if cpu_info.TORCH_CACHE_ENV in env else
-                    {**env, cpu_info.TORCH_CACHE_ENV: cpu_info.torch_cpu_capability(python=python) or ""})
-             for side, (python, env) in sides.items()}
     with tempfile.TemporaryDirectory(prefix="perfgate-ab-") as tmp:
         folder = keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)

@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -46,6 +44,7 @@ from rich.progress import Progress
 from scipy.stats import norm
 
 from perfgate import mutations
+from perfgate.commands import pytest_run
 from perfgate.store import baseline_writer, interrupts, results as results_mod, run_store
 from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineEntry, now_iso
@@ -97,10 +96,6 @@ def register(sub) -> None:
     p.add_argument("--keep", type=Path, help="keep each run's results JSON in this folder")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="tests and pytest options, e.g. -m cpu perf/")
     p.set_defaults(func=run)
-
-
-class CalibrateError(ValueError):
-    """A calibration run produced no results; the message has pytest's last lines."""
 
 
 @dataclass(frozen=True)
@@ -278,19 +273,6 @@ def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float
     return out
 
 
-def run_pytest(pytest_args: list[str], save: Path, *, root: Path, hardware_id: str | None) -> int:
-    cmd = [sys.executable, "-m", "pytest", *pytest_args, "--perf-save", str(save), "-p", "no:cacheprovider",
-           "--perf-retries", "0", "-q"]
-    if hardware_id:
-        cmd += ["--perf-hardware-id", hardware_id]
-    proc = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=dict(os.environ))
-    if proc.returncode not in (0, 1) or not save.exists():  # 1: some test failed; its numbers still count
-        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-        raise CalibrateError(f"pytest exited {proc.returncode} and wrote no results ({' '.join(cmd)}):\n{tail}")
-    return proc.returncode
-
-
 def _saved_runs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     """--from: the saved results files, checked as every command checks them, in the order given."""
     if args.pytest_args:
@@ -349,7 +331,7 @@ def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[di
             task = progress.add_task(f"calibrating: {runs} runs of pytest {' '.join(pytest_args)}", total=runs)
             for i in range(runs):
                 path = folder / f"run{i + 1}.json"
-                run_pytest(pytest_args, path, root=root, hardware_id=args.hardware_id)
+                pytest_run.run_saving([*pytest_args, "-q"], path, root=root, hardware_id=args.hardware_id)
                 docs.append(results_mod.load(path))
                 progress.advance(task)
     return docs, [f"calibration run {i + 1}" for i in range(len(docs))]
