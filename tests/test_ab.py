@@ -267,6 +267,26 @@ def test_power_tally_adds_up_counts_files_of_several_sessions(tmp_path, capsys):
     cell = doc["metrics"][0]["x1.05"]
     assert (cell["regressions"], cell["runs"], doc["tallied_from"]) == (3, 4, [str(one), str(two), str(three)])
     assert cell["outcomes"] == ["regression", "regression", "pass", "regression"]
+    assert cell["round_ratios"] == [None] * 4  # none of these files kept them
+
+
+def test_power_keeps_each_ab_s_round_ratios_and_the_tally_adds_them_up(sleepy_project, tmp_path, capsys):
+    """A power table's one miss on an H100 lease (2026-12-05) was its first A/B after the servers started;
+    whether the rounds drifted within it could not be told from the counts file. Now each A/B keeps its B/A
+    of every round, in order, and a tally carries them from every file."""
+    save = sleepy_project / "counts.json"
+    code = main(["power", "--root", str(sleepy_project), "--hardware-id", "cpu-Test-2c", "--knob", "SLEEPY_S",
+                 "--slowdowns", "1.5", "--repeats", "1", "--aa-repeats", "0", "--rounds", "4", "--save", str(save),
+                 "--", "perf/demo/test_sleepy.py", "-q", "-p", "no:hypothesispytest"])
+    assert code == 0, capsys.readouterr().err
+    (cell,) = [m["x1.5"] for m in json.loads(save.read_text())["metrics"] if m["metric"] == "time_s"]
+    (ratios,) = cell["round_ratios"]
+    assert ratios == [1.0] * 4  # time_s is a constant 1.0: B/A of every round
+    again = tmp_path / "again.json"  # a second session's file of the same selection
+    again.write_text(save.read_text())
+    assert main(["power", "--tally", str(save), str(again), "--save", str(tmp_path / "all.json")]) == 0
+    (cell,) = [m["x1.5"] for m in json.loads((tmp_path / "all.json").read_text())["metrics"] if m["metric"] == "time_s"]
+    assert cell["round_ratios"] == [[1.0] * 4, [1.0] * 4]
 
 
 def test_power_tally_names_the_variable_that_slowed_b_not_an_unused_knob(tmp_path, capsys):
@@ -300,6 +320,9 @@ def test_power_tally_refuses_files_that_measured_something_else(tmp_path, capsys
     (lambda c: c.update(regressions=0), "regressions=0 but the outcomes hold 1"),
     (lambda c: c.update(runs=3), "do not match runs=3"),
     ("conditions", "conditions['x1.05']: expected the variables B ran with"),
+    (lambda c: c.update(round_ratios=[[1.05, float("inf"), 1.06, 1.05]]), "round_ratios[0]: inf is not a finite"),
+    (lambda c: c.update(round_ratios=[[1.05, 0.0, 1.06, 1.05]]), "B/A 0.0 is not above 0"),
+    (lambda c: c.update(round_ratios=[]), "one list of B/A per A/B run (1)"),
 ])
 def test_power_tally_checks_every_number_it_reads(tmp_path, capsys, edit, message):
     doc = _counts_doc(["pass"], ["regression"], [0.05])

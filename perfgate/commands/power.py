@@ -101,12 +101,16 @@ class Tally:
     changes: list[float] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)  # each A/B's verdict, in order
     intervals: list[list[float] | None] = field(default_factory=list)  # each A/B's worsening interval
+    # each A/B's B/A of every round, in round order: what tells a drift within an A/B (a server's first
+    # minutes, a clock settling) from noise; None where a file predates them
+    round_ratios: list[list[float] | None] = field(default_factory=list)
 
     def add(self, r: MetricResult) -> None:
         self.runs += 1
         self.regressions += r.outcome == "regression"
         self.outcomes.append(r.outcome)
         self.intervals.append(r.verdict.get("change_ci"))
+        self.round_ratios.append(r.verdict.get("ratios"))
         if r.verdict.get("change") is not None:
             self.changes.append(float(r.verdict["change"]))
 
@@ -228,6 +232,15 @@ def load_counts(path: Path) -> dict:
                     raise ValueError(f"{where}.{cond}.intervals[{j}]: {ci!r} is not [low, high]")
                 for x in ci or ():
                     _finite(x, f"{where}.{cond}.intervals[{j}]")
+            ratios = c.setdefault("round_ratios", [None] * runs)  # written before they were kept: not known
+            if not isinstance(ratios, list) or len(ratios) != runs:
+                raise ValueError(f"{where}.{cond}.round_ratios: expected one list of B/A per A/B run ({runs})")
+            for j, rr in enumerate(ratios):
+                if rr is not None and not isinstance(rr, list):
+                    raise ValueError(f"{where}.{cond}.round_ratios[{j}]: {rr!r} is not a list of B/A")
+                for x in rr or ():
+                    if not _finite(x, f"{where}.{cond}.round_ratios[{j}]") > 0:
+                        raise ValueError(f"{where}.{cond}.round_ratios[{j}]: B/A {x!r} is not above 0")
     return doc
 
 
@@ -271,6 +284,7 @@ def merge_counts(docs: list[dict], names: list[str]) -> tuple[dict, dict[tuple[s
                 t.outcomes += c["outcomes"]
                 t.changes += [float(x) for x in c["changes"]]
                 t.intervals += c["intervals"]
+                t.round_ratios += c["round_ratios"]
     return first, counts
 
 
@@ -316,7 +330,8 @@ def tally_files(args: argparse.Namespace) -> int:
 def _metrics_section(counts: dict[tuple[str, str], dict[str, Tally]]) -> list[dict]:
     return [{"test_id": test, "metric": metric,
              **{cond: {"regressions": c.regressions, "runs": c.runs, "mean_change": c.mean_change,
-                       "changes": c.changes, "outcomes": c.outcomes, "intervals": c.intervals}
+                       "changes": c.changes, "outcomes": c.outcomes, "intervals": c.intervals,
+                       "round_ratios": c.round_ratios}
                 for cond, c in by_cond.items()}} for (test, metric), by_cond in sorted(counts.items())]
 
 
