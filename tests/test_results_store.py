@@ -174,3 +174,27 @@ def test_the_committed_baselines_follow_from_the_committed_results_store(capsys)
     assert with_hash > 0
     code, out = _verified(ROOT, store, capsys)
     assert code == 0 and f" {with_hash} run reference(s) re-derived and equal, 0 not" in out, out
+
+
+def test_the_committed_power_tallies_follow_from_their_counts_files():
+    """Each committed `perfgate power --tally` table (results-store/*/power-tally-*.json) is what adding up
+    the counts files it names gives today: a detection rate quoted in the docs can be re-derived, and a
+    counts file edited or lost after its tally was written is caught."""
+    from perfgate.commands import power
+
+    tallies = sorted((ROOT / "results-store").glob("*/power-tally-*.json"))
+    assert tallies, "no committed power tally: the GPU power tables (docs/serving.md, docs/training.md) cite them"
+    for path in tallies:
+        doc = json.loads(path.read_text())
+        files = [ROOT / n if (ROOT / n).is_file() else path.parent / n for n in doc["tallied_from"]]
+        assert all(f.is_file() for f in files), f"{path.name}: counts files missing: {files}"
+        _, counts = power.merge_counts([power.load_counts(f) for f in files], [str(f) for f in files])
+        again = {(m["test_id"], m["metric"]): m for m in power._metrics_section(counts)}
+        kept = {(m["test_id"], m["metric"]): m for m in doc["metrics"]}
+        assert again.keys() == kept.keys(), path.name
+        for key, m in kept.items():
+            for cond in doc["conditions"]:
+                if cond not in m:
+                    continue
+                for field in ("regressions", "runs", "outcomes", "changes", "intervals"):
+                    assert again[key][cond][field] == m[cond][field], (path.name, key, cond, field)
