@@ -206,6 +206,7 @@ def test_serving_power_runs_a_on_the_plain_server_and_b_on_the_planted_one(tmp_p
     assert "--slowdowns 1.1 " in power and "--env PERFGATE_SERVING_URL=http://127.0.0.1:8101" in power
     assert "--b-env-at 1.1:PERFGATE_SERVING_URL=http://127.0.0.1:8102" in power
     assert "-k single_stream_decode and gpu-dense" in power and "--time-limit" in power
+    assert "-p no:hypothesispytest" in power  # ~1 s of each of an A/B's 8 pytest runs
 
 
 ATTACH = ROOT / "scripts" / "attach_servers.py"
