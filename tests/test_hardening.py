@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -654,6 +655,40 @@ def test_sigint_just_after_a_complete_write_exits_0(tmp_path):
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
     entries = json.loads((root / HW / "collectives.json").read_text())["entries"]
     assert sorted(entries) == ["perf/collectives/test_c.py::test_new", "perf/collectives/test_c.py::test_old"]
+
+
+STRESS = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    from perfgate import cli
+    races = []
+    sys.unraisablehook = lambda u: races.append(str(u.exc_value))
+    noop = lambda signum, frame: None
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, noop)
+    sender = subprocess.Popen(["bash", "-c", f"while kill -INT {os.getpid()} 2>/dev/null; do :; done"])
+    end, switches = time.monotonic() + float(sys.argv[1]), 0
+    while time.monotonic() < end:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, noop)
+        cli._ignore_signals()
+        switches += 1
+    signal.signal(signal.SIGINT, noop)
+    sender.kill(); sender.wait(); time.sleep(0.05)
+    print(switches, len(races), races[:1])
+""")
+
+
+def test_switching_to_ignored_signals_never_reports_a_race_under_a_stream_of_sigints():
+    """CI once printed a traceback after a complete refresh: `OSError: Signal 2 ignored due to race condition`,
+    CPython's report of a SIGINT that arrived between its check for pending signals and the switch to
+    SIG_IGN. Under a stream of SIGINTs from another process the unblocked switch showed it 32 times in
+    634,674 switches (10 s); the switch is made with both signals blocked now. 4 s here: ~1-3 a second
+    before the fix."""
+    out = subprocess.run([sys.executable, "-c", STRESS, "4"], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr
+    switches, races, first = out.stdout.split(" ", 2)
+    assert int(switches) > 10_000 and int(races) == 0, out.stdout
 
 
 def test_main_in_process_leaves_the_callers_signal_handlers(tmp_path):
