@@ -502,3 +502,33 @@ def test_refresh_takes_only_the_named_tests_and_metrics(tmp_path, capsys):
     assert cli.main(["refresh", str(path), "--yes", "--baselines", str(base), "--metric", "no_such_*"]) == 1
     assert "nothing written: no metric of" in one_line(capsys.readouterr().err)
     assert BaselineStore(base).load(HW, "training")[ids["fsdp"]]["peak_alloc_gib"].summary.median == pytest.approx(79.4)
+
+
+@pytest.mark.parametrize("yes, tty, answer, written", [
+    (True, False, None, True),      # --yes: asks nothing, even without a terminal
+    (False, False, None, False),    # no terminal to ask on: nothing written, and how to write anyway
+    (False, True, "y", True),
+    (False, True, " YES ", True),
+    (False, True, "", False),       # the default is no
+    (False, True, "n", False),
+])
+def test_refresh_and_calibrate_ask_the_same_question_before_writing(monkeypatch, capsys, yes, tty, answer, written):
+    from perfgate.store import baseline_writer
+
+    asked = []
+
+    class Stdin:
+        def isatty(self):
+            return tty
+
+    def ask(prompt):
+        asked.append(prompt)
+        return answer
+
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    monkeypatch.setattr("builtins.input", ask)
+    assert baseline_writer.confirmed(yes, "write 3 metric(s) to baselines/x?") is written
+    out, err = capsys.readouterr()
+    assert asked == ([] if yes or not tty else ["write 3 metric(s) to baselines/x? [y/N] "])
+    assert ("pass --yes" in err) == (not yes and not tty)
+    assert ("not written" in out) == (tty and not yes and not written)

@@ -387,14 +387,8 @@ def run(args: argparse.Namespace) -> int:
         fingerprint=results_mod.newest(docs).get("fingerprint"), source=f"calibrate ({len(docs)} {source})")
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=root / "pyproject.toml")
-    if not args.yes:
-        if not sys.stdin.isatty():
-            print("not written: pass --yes to write without a terminal to confirm on", file=sys.stderr)
-            return 1
-        answer = input(f"write {plan.count} calibrated metric(s) to {store.root / hardware_id}? [y/N] ").strip().lower()
-        if answer not in ("y", "yes"):
-            print("not written")
-            return 1
+    if not baseline_writer.confirmed(args.yes, f"write {plan.count} calibrated metric(s) to {store.root / hardware_id}?"):
+        return 1
     baseline_writer.write_plan(store, plan, checks,
                                wrote=lambda path, prev: interrupts.say_while_writing(f"wrote {path}"))
     return 0

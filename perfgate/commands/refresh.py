@@ -124,14 +124,8 @@ def run(args: argparse.Namespace) -> int:
         _review_area(store, hw, area, entries, doc, width=width, say=say)
     say(f"  new software: {_software_line((doc.get('fingerprint') or {}).get('software'))}; "
         f"commit {printable(str(doc.get('commit')))}, measured {printable(str(doc.get('created')))}")
-    if not args.yes:
-        if not sys.stdin.isatty():
-            print("not written: pass --yes to write without a terminal to confirm on", file=sys.stderr)
-            return 1
-        answer = input(f"write {plan.count} metric(s) to {store.root / hw}? [y/N] ").strip().lower()
-        if answer not in ("y", "yes"):
-            print("not written")
-            return 1
+    if not baseline_writer.confirmed(args.yes, f"write {plan.count} metric(s) to {store.root / hw}?"):
+        return 1
     baseline_writer.write_plan(store, plan, checks, wrote=lambda path, prev: interrupts.say_while_writing(
         f"wrote {path}" + (f" (previous kept as {path.name}.prev)" if prev else "")))
     return 0

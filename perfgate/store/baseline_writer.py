@@ -268,6 +268,20 @@ def other_workloads(store: BaselineStore, plan: Plan) -> dict[str, set[str]]:
     return out
 
 
+def confirmed(yes: bool, question: str) -> bool:
+    """The one question before baselines are written (refresh, calibrate): ``--yes`` answers it; without a
+    terminal to ask on, nothing is written and the reason says how to write anyway."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        print("not written: pass --yes to write without a terminal to confirm on", file=sys.stderr)
+        return False
+    if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+        print("not written")
+        return False
+    return True
+
+
 def write_plan(store: BaselineStore, plan: Plan, checks: Checks, *, hold: bool = True,
                wrote: Callable[[Path, bool], object] | None = None) -> list[Path]:
     """Write every area of the plan (signals held until all are written, when ``hold``).
