@@ -120,13 +120,14 @@ def pytest_make_collect_report(collector: pytest.Collector):
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    cache: dict[frozenset, list[str]] = {}
+    cache: dict[tuple, list[str]] = {}
     for item in items:
         names = frozenset(m.name for m in item.iter_markers() if m.name in MARKERS)
-        if names not in cache:
-            cache[names] = missing_requirements(set(names))
-        if cache[names]:
-            item.add_marker(pytest.mark.skip(reason="; ".join(cache[names])))
+        need = max((float(m.args[0]) for m in item.iter_markers("gpu_memory") if m.args), default=None)
+        if (names, need) not in cache:
+            cache[names, need] = missing_requirements(set(names), need)
+        if cache[names, need]:
+            item.add_marker(pytest.mark.skip(reason="; ".join(cache[names, need])))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -20,6 +20,7 @@ from perfgate.store.safe_paths import absolute_keeping_last_link, inside_root
 DEFAULT_TOLERANCES = {
     "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
     "ratio": 0.10, "fraction": 0.03, "count": 0.0,
+    "energy": 0.05, "efficiency": 0.05,
 }
 # Changes below these, in the metric's own unit, never fail: timer and scheduler jitter.
 ABS_FLOORS = {"ns": 500.0, "us": 2.0, "ms": 0.002, "s": 2e-6}

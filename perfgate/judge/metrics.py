@@ -31,6 +31,9 @@ UNIT_FAMILIES: dict[str, str] = {
     "x": "ratio",
     "fraction": "fraction",
     "count": "count",
+    # energy per unit of work (NVML's counter; perfgate.workloads.device_energy): J per step, per token,
+    # per GB moved; work per joule
+    "J": "energy", "J/tok": "energy", "J/GB": "energy", "tok/J": "efficiency",
 }
 RATIO_FAMILIES = frozenset({"ratio", "fraction"})
 DIRECTIONS = ("higher", "lower")

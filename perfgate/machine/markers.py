@@ -25,14 +25,28 @@ MARKERS = {
     "triton": "needs Triton (GPU kernels written in it; torch.compile's GPU code)",
     "ssd": "reads real files from the local disk with the page cache dropped",
     "slow": "takes minutes; deselect with -m 'not slow'",
+    "gpu_memory": "gpu_memory(gib): needs at least this much memory on each GPU (the case's own estimate)",
 }
 
 _GPU_MARKER = re.compile(r"^(\d+)gpu$")
 
 
-def missing_requirements(marker_names: set[str]) -> list[str]:
-    """Human-readable list of what this machine lacks for a test with these markers."""
+def gpu_memory_gib() -> float | None:
+    """The memory of this machine's smallest visible GPU (GiB, as NVML reports it), None without GPUs."""
+    sizes = [g.get("memory_gib") for g in hardware.fingerprint()["gpus"]]
+    sizes = [s for s in sizes if isinstance(s, (int, float))]
+    return min(sizes) if sizes else None
+
+
+def missing_requirements(marker_names: set[str], gpu_memory_need_gib: float | None = None) -> list[str]:
+    """Human-readable list of what this machine lacks for a test with these markers (and, for a
+    ``gpu_memory(gib)`` mark, that much memory on each GPU)."""
     missing: list[str] = []
+    if gpu_memory_need_gib is not None and hardware.gpu_count() > 0:
+        have = gpu_memory_gib()
+        if have is not None and have < gpu_memory_need_gib:
+            missing.append(f"needs >= {gpu_memory_need_gib:g} GiB of GPU memory, this GPU has {have:g} GiB "
+                           f"({resolve_hardware_id()})")
     gpus = None
     for name in sorted(marker_names):
         m = _GPU_MARKER.match(name)

@@ -116,6 +116,8 @@ class Case:
     group: str | None = None         # cases measured by one launch (an xdist_group: same worker)
     skip: str | None = None          # a reason to skip this case on every machine
     kind: str | None = None          # which test of the area this case parametrizes (None: all of them)
+    # GPU cases: the memory each GPU must have (GiB); on a smaller GPU the case skips, naming both
+    device_memory_gib: float | None = None
 
 
 @dataclass(frozen=True)

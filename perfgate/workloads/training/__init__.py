@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from perfgate.runcache import RunCache
 from perfgate.workloads.area import Area, Case, PerRank
-from perfgate.workloads.training import plans, records
+from perfgate.workloads.training import memory_need, plans, records
 from perfgate.workloads.training.records import TrainingRaw, world1
 from perfgate.workloads.training.specs import BF16_HOOK_NEEDS_NCCL, ShardingMode
 
@@ -43,16 +43,19 @@ def cases(profile: plans.Profile) -> list[Case]:
     p = profile
 
     def case(kind: str, engine: str, world: int, label: str, *id_parts: str, reads: tuple[str, ...] = (),
-             reference_world1: bool = False, skip: str | None = None) -> Case:
+             reference_world1: bool = False, skip: str | None = None, micro_batch: int | None = None,
+             unsharded_copy: bool = False) -> Case:
         model = p.ddp_model if engine == "ddp" else p.fsdp_model
         ident = "-".join([f"{p.backend}-{world}rank-{model}", *id_parts])
+        mb = micro_batch or (p.micro_batch if engine == "ddp" else p.fsdp_micro_batch)
+        need = memory_need.need_gib(model, mb, unsharded_copy=unsharded_copy) if p.gpu else None
         return Case(ident, TrainingCase(engine, p, world, label, reads, reference_world1), (p.marker(world),),
-                    f"training-{p.backend}", skip, kind)
+                    f"training-{p.backend}", skip, kind, device_memory_gib=need)
 
     scaling = [w for w in p.worlds if w > 1]
     out = [case("strong", "ddp", w, "strong", reference_world1=True) for w in scaling]
     out += [case("weak", "ddp", w, "weak", reference_world1=True) for w in scaling]
-    out += [case("microbatch", "ddp", w, f"mb{m}", f"mb{m}", reference_world1=w > 1)
+    out += [case("microbatch", "ddp", w, f"mb{m}", f"mb{m}", reference_world1=w > 1, micro_batch=m)
             for w in p.microbatch_worlds for m in p.microbatches]
     reference = plans.bucket_label(p.bucket_reference_mb)
     out += [case("bucket", "ddp", w, plans.bucket_label(c), plans.bucket_label(c), reads=(reference,))
@@ -66,14 +69,16 @@ def cases(profile: plans.Profile) -> list[Case]:
     ddp_fp32 = ShardingMode("ddp", "fp32").label  # the fp16-hook DDP row's reference
     for w in p.fsdp_worlds:
         job = plans.fsdp_job(p, w)
-        out += [case("fsdp_memory", "fsdp", w, m.label, m.kind) for m in job.modes
-                if job.tracks(m) and m.is_default_wrapping]
+        out += [case("fsdp_memory", "fsdp", w, m.label, m.kind, unsharded_copy=m.keeps_gathered_weights)
+                for m in job.modes if job.tracks(m) and m.is_default_wrapping]
     for w in p.fsdp_worlds:
-        out += [case("fsdp_throughput", "fsdp", w, m.label, m.label, reads=(ddp_fp32,))
+        out += [case("fsdp_throughput", "fsdp", w, m.label, m.label, reads=(ddp_fp32,),
+                     unsharded_copy=m.keeps_gathered_weights)
                 for m in plans.fsdp_job(p, w).modes if m.is_default_wrapping]
     for kind, differs in (("fsdp_wrap", lambda m: m.wrap != "block"), ("fsdp_prefetch", lambda m: not m.backward_prefetch)):
         for w in p.fsdp_worlds:  # the step anatomy: a default mode against its one changed setting
-            out += [case(kind, "fsdp", w, ShardingMode(m.kind, m.reduce_dtype).label, m.kind, reads=(m.label,))
+            out += [case(kind, "fsdp", w, ShardingMode(m.kind, m.reduce_dtype).label, m.kind, reads=(m.label,),
+                         unsharded_copy=m.keeps_gathered_weights)
                     for m in plans.fsdp_job(p, w).modes if differs(m)]
     return out
 

@@ -167,7 +167,7 @@ def build_case(job: DDPJob, case: DDPCase, ctx, *, group=None, group_ranks: tupl
         return tracker
 
     return BuiltCase(result=result, step=step, group=group, make_tracker=make_tracker if case.track_memory else None,
-                     allreduce_counter=calls, keepalive=extra)
+                     allreduce_counter=calls, keepalive=extra, owners=(ddp, opt))
 
 
 def run(job: DDPJob, ctx) -> list[CaseResult]:

@@ -117,7 +117,7 @@ def build_mode(job: FSDPJob, mode: ShardingMode, ctx, mesh) -> BuiltCase:
         return tracker
 
     return BuiltCase(result=result, step=step, make_tracker=make_tracker if job.tracks(mode) else None,
-                     allreduce_counter=calls, keepalive=extra)
+                     allreduce_counter=calls, keepalive=extra, owners=(wrapped, opt))
 
 
 def run(job: FSDPJob, ctx) -> list[CaseResult]:

@@ -66,7 +66,17 @@ def _throughput(s: CaseSummary) -> list[Record]:
     if s.device_busy_fraction:  # GPU: does the step time measure the device? (workloads/device_time.py)
         out += [Measured("device_ms", s.device_ms, "ms", "lower", options=ON_DEVICE),
                 Measured("device_busy_fraction", s.device_busy_fraction, "fraction", "higher")]
-    return out
+    return out + _energy(s, timing)
+
+
+def _energy(s: CaseSummary, timing) -> list[Record]:
+    """GPU: the joules all GPUs used per timed step and the tokens per joule (NVML's energy counter,
+    perfgate.workloads.device_energy). A host-bound step's energy holds the device's idle power while
+    the host catches up, so it carries the step's busy share as the timings do."""
+    if not s.energy_j:
+        return []
+    return [Measured("energy_j_per_step", s.energy_j, "J", "lower", options=timing),
+            Measured("tokens_per_j", s.tokens_per_j, "tok/J", "higher", options=timing)]
 
 
 def _tracked_memory(s: CaseSummary) -> list[Record]:

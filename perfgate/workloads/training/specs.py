@@ -224,6 +224,12 @@ class ShardingMode:
         return self.kind == "ddp"
 
     @property
+    def keeps_gathered_weights(self) -> bool:
+        """FSDP2 without resharding after forward keeps the gathered weights beside the shards
+        (perfgate.workloads.training.memory_need counts them)."""
+        return self.kind == "fsdp2-noreshard"
+
+    @property
     def reference(self) -> "ShardingMode":
         """The DDP mode this one is compared with: same reduce dtype."""
         return ShardingMode("ddp", self.reduce_dtype)

@@ -45,6 +45,14 @@ class CaseSummary:
     # (least busy rank: the one the host held back); empty off-GPU (perfgate.workloads.device_time)
     device_ms: list[float] = field(default_factory=list)
     device_busy_fraction: list[float] = field(default_factory=list)
+    # GPU, per timed step: the energy every rank's GPU used in it, summed (perfgate.workloads.device_energy);
+    # empty off-GPU or where a rank's counter could not be read (``info["energy_unavailable"]`` says why)
+    energy_j: list[float] = field(default_factory=list)
+
+    @property
+    def tokens_per_j(self) -> list[float]:
+        """Tokens of the step over the joules all GPUs used in it, per timed step."""
+        return [self.tokens_per_step / j for j in self.energy_j]
 
     @property
     def step_ms(self) -> list[float]:
@@ -76,7 +84,7 @@ class CaseSummary:
                 "categories_mib": self.categories_mib, "tracker_error": self.tracker_error,
                 "extra_param_copy": self.extra_param_copy, "info": self.info, "device_ms": self.device_ms,
                 "device_busy_fraction": self.device_busy_fraction, "comm_exposed_s": self.comm_exposed_s,
-                "collective_ops": self.collective_ops}
+                "collective_ops": self.collective_ops, "energy_j": self.energy_j}
 
 
 def per_step_max(rows: Sequence[Sequence[float]]) -> list[float]:
@@ -107,6 +115,9 @@ def summarize_case(per_rank: Sequence) -> CaseSummary:
             for name, nbytes in worst.tracked_categories[i].items():
                 cats.setdefault(name, []).append(nbytes / MIB)
     errors = [f"rank {r.rank}: {r.tracker_error}" for r in per_rank if r.tracker_error]
+    energies = [getattr(r, "step_energy_j", []) for r in per_rank]
+    energy_j = ([sum(col) for col in zip(*energies)]
+                if all(len(e) == len(step_s) for e in energies) and step_s else [])
     return CaseSummary(
         label=r0.label, world_size=r0.world_size, tokens_per_step=tokens, step_s=step_s,
         tokens_per_s=[tokens / s for s in step_s],
@@ -125,7 +136,8 @@ def summarize_case(per_rank: Sequence) -> CaseSummary:
         device_ms=per_step_max([r.device_busy_ms for r in per_rank]) if r0.device_busy_ms else [],
         device_busy_fraction=[-x for x in per_step_max([[-min(1.0, b / s) if s > 0 else 0.0
                                                            for b, s in zip(r.device_busy_ms, r.device_span_ms)]
-                                                          for r in per_rank])] if r0.device_busy_ms else [])
+                                                          for r in per_rank])] if r0.device_busy_ms else [],
+        energy_j=energy_j)
 
 
 def speedup(tokens_per_s_n: Sequence[float], tokens_per_s_1: Sequence[float]) -> list[float]:
