@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import numbers
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from perfgate.judge import signs
 from perfgate.judge.metrics import Metric, MetricError, summarize
 
 
@@ -62,10 +63,15 @@ class PerfRecorder:
             raise MetricError(f"{self.test_id}: metric {name!r} recorded twice in one run")
         if isinstance(samples, (numbers.Number, np.bool_)):  # a boolean too: refused as a sample, by name
             samples = [samples]  # one measurement (a deterministic count, a ratio computed once)
+        elif isinstance(samples, Iterator):
+            samples = list(samples)  # read twice below: summarised, then each value's sign checked
         try:
             summary = summarize(samples)
         except MetricError as exc:
             raise MetricError(f"{self.test_id}: metric {name!r}: {exc}") from None
+        problem = signs.problem(unit, (float(x) for x in samples))  # a negative duration is a failed measurement
+        if problem:
+            raise MetricError(f"{self.test_id}: metric {name!r}: {problem}; record only what was measured")
         metric = Metric(name=name, unit=unit, better=better, summary=summary, tol=tol, depends=depends,
                         device_busy=device_busy)
         self.metrics[name] = metric

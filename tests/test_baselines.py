@@ -54,7 +54,7 @@ def test_bad_files_give_clear_errors(tmp_path, content, match):
 
 
 def _writer(root, i):
-    BaselineStore(root).write(HW, "shared", {f"t{i}": {"m": entry(i)}})
+    BaselineStore(root).write(HW, "shared", {f"t{i}": {"m": entry(i + 1)}})  # 0 GB/s measured nothing
 
 
 def test_concurrent_writers_lose_no_entries(tmp_path):

@@ -271,16 +271,18 @@ def test_gate_never_passes_on_non_finite_run_medians_built_in_code(tmp_path, med
 
 
 def test_absurd_run_medians_are_refused_or_capped(tmp_path):
-    # 1e300 is beyond any measurement: the reader refuses it
+    # 1e300 is beyond any measurement, and so is 1e-300 (issue 49): the reader refuses both
     doc = copy.deepcopy(VALID_BASELINE)
     runs = doc["entries"][TEST][METRIC]["runs"]
-    for run, m in zip(runs, (1e-300, 1.0, 1e300)):
-        run["median"] = m
     path = BaselineStore(tmp_path).path(HW, "serving")
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(doc))
-    with pytest.raises(BaselineError, match=r"runs\[2\]\.median: must be a number of sane magnitude"):
-        BaselineStore(tmp_path).load(HW, "serving")
+    for medians, says in (((1e-20, 1.0, 1e300), r"runs\[2\]\.median: must be a number of sane magnitude"),
+                          ((1e-300, 1.0, 1.0), r"runs\[0\]\.median: 1e-300 ms is closer to zero than any real")):
+        for run, m in zip(runs, medians):
+            run["median"] = m
+        path.write_text(json.dumps(doc))
+        with pytest.raises(BaselineError, match=says):
+            BaselineStore(tmp_path).load(HW, "serving")
     # within the magnitude bound, the spread of (1e-300, 1, 1e29) widened the tolerance to 445 %: now
     # the widening stops at 100 % and the verdict says so
     entry = BaselineEntry(unit="ms", better="lower", summary=summarize([1.0] * 7), tol=0.1, provenance="measured",

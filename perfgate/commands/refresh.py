@@ -171,6 +171,8 @@ def _why_nothing(doc: dict, names: str) -> str:
         return (f"{names} holds no metrics (no selected test recorded one); run tests that use the perf "
                 f"fixture with --perf-save")
     reasons = sorted({t for r in results for t in (r.get("tainted") or [])})
+    if not reasons:
+        return f"every metric in {names} measured nothing (left out above); re-measure"
     return (f"all {len(results)} metric(s) in {names} are tainted ({'; '.join(reasons)}): measured on a busy "
             f"machine, so not baseline material; re-run on a quiet machine, or pass --include-tainted")
 

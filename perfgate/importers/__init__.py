@@ -4,7 +4,8 @@ Each format module has ``TOOL`` (its name in provenance), ``DEFAULT_PATHS`` (fil
 none are given; empty: the user must name them) and ``read(paths, hardware_id) -> Imported``.
 ``perfgate import FORMAT PATH...`` (perfgate.commands.import_baselines) turns an ``Imported``
 into baseline entries with provenance ``imported: <tool> <file>``. A reader checks every
-number it takes is finite and says which rows it left out and why (a size no test has, a
+number it takes is finite (and :class:`ImportedNumber` that it is above zero: a tool's failed run
+reports 0 or a negative time) and says which rows it left out and why (a size no test has, a
 row with wrong elements), so nothing is dropped silently.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfgate.judge import signs
 from perfgate.store import readers
 
 
@@ -35,6 +37,15 @@ class ImportedNumber:
     provenance: str | None = None    # default: "imported: <tool> <file>"
     source: str | None = None        # where in the file (a table row, a JSON key), for a reviewer
     software: dict[str, Any] | None = None
+
+    def __post_init__(self):
+        """Every imported value is one the tool reports for a run that worked: never at or below zero, never
+        subnormal (perfgate.judge.signs, the rule every reader applies); nothing is written otherwise."""
+        problem = signs.problem(self.unit, self.samples, reported=True)
+        if problem:
+            where = self.source or self.test_id
+            where = where if where.startswith(self.file) else f"{self.file}: {where}"
+            raise ImportFormatError(f"{where}: {self.metric} {problem}; nothing written")
 
 
 @dataclass

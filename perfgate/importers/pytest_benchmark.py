@@ -13,9 +13,19 @@ from pathlib import Path
 
 from perfgate.importers import Imported, ImportedNumber, ImportFormatError, finite, read_json
 from perfgate.benchmark_bridge import METRIC
+from perfgate.judge.metrics import MAX_MAGNITUDE
 
 TOOL = "pytest-benchmark"
 DEFAULT_PATHS: tuple[Path, ...] = ()
+
+
+def _rounds(value, where: str) -> int:
+    """``stats.rounds``: how many rounds the median stands for, a whole number >= 1 (the file's, not ours)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MAGNITUDE:
+        raise ImportFormatError(f"{where}: {value!r} is not a number of rounds (a whole number >= 1, as "
+                                f"pytest-benchmark writes it); the file is damaged there: re-run the benchmark or "
+                                f"fix that value")
+    return value
 
 
 def read(paths: list[Path], hardware_id: str | None) -> Imported:
@@ -43,7 +53,7 @@ def read(paths: list[Path], hardware_id: str | None) -> Imported:
                     n = len(samples)
                 else:
                     samples = (finite(stats["median"], f"{where}.stats.median"),)
-                    n = int(stats["rounds"])
+                    n = _rounds(stats["rounds"], f"{where}.stats.rounds")
             except (KeyError, TypeError, AttributeError) as exc:
                 raise ImportFormatError(f"{where}: missing or malformed key {exc}; is this file from "
                                         f"pytest-benchmark >= 3?") from None

@@ -138,14 +138,19 @@ def _refresh(config: pytest.Config, state: PerfState, doc: dict) -> None:
         state.refresh_note = nothing_refreshed(config, state)
         state.refresh_failed = True
         return
+    left_out: list[str] = []  # metrics that measured nothing (every sample 0 ms): said, not written
     try:
         written = baseline_writer.write_baselines([doc], ["this session"], store=state.store,
-                                                  checks=refresh_checks(config), hold=False)
+                                                  checks=refresh_checks(config), hold=False, say=left_out.append)
     except ValueError as exc:  # a check refused, a name that cannot be a file, a failing write: one line
-        state.refresh_note = f"perfgate: --perf-refresh stopped: {exc}"
+        state.refresh_note = "; ".join([f"perfgate: --perf-refresh stopped: {exc}", *left_out])
         state.refresh_failed = True
         return
-    state.refresh_note = "refreshed baselines: " + ", ".join(str(p) for p in written)
+    if not written:
+        state.refresh_note = "; ".join(["perfgate: --perf-refresh wrote nothing", *left_out])
+        state.refresh_failed = True
+        return
+    state.refresh_note = "; ".join(["refreshed baselines: " + ", ".join(str(p) for p in written), *left_out])
 
 
 WATCHED_NOTE_TESTS = 5  # tests named in the busy-while-measuring note; the rest are counted

@@ -15,7 +15,9 @@ line naming the file, test and metric, with nothing written:
   ``--force``);
 - replacing a baseline that measured another workload (another model or engine flags under the
   same test id), unless allowed (``--allow-other-workload`` / ``--perf-allow-other-workload``);
-- any number that is not finite (every sample 1e308 has the median inf; a NaN in a seed table).
+- any number that is not finite (every sample 1e308 has the median inf; a NaN in a seed table), or of a
+  sign its unit does not allow (a negative duration, a subnormal anything: perfgate.judge.signs); a
+  duration, rate or bandwidth whose every sample is 0 is left out of a refresh, with a line saying so.
 
 Stored samples are capped at MAX_STORED_SAMPLES per metric (a results file with 50 million
 samples must not become an 850 MB baseline), and a file given twice is pooled once.
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from perfgate import mutations
-from perfgate.judge import run_noise
+from perfgate.judge import run_noise, signs
 from perfgate.judge.fingerprint_check import compare, workload_changes
 from perfgate.judge.metrics import MAX_STORED_SAMPLES
 from perfgate.report.run_report import short_id
@@ -189,8 +191,25 @@ def _non_finite(value, key: str) -> tuple[str, object] | None:
     return None
 
 
+def _sign_problem(e: BaselineEntry) -> tuple[str, str] | None:
+    """The first value of ``e`` that cannot be a measurement in its unit (perfgate.judge.signs), with its key;
+    or a duration, rate or bandwidth that measured nothing (every sample 0)."""
+    s = e.summary
+    values = [("summary.median", s.median), ("summary.min", s.min), ("summary.max", s.max), ("summary.mean", s.mean),
+              *((f"summary.samples[{i}]", v) for i, v in enumerate(s.samples)),
+              *((f"runs[{i}].median", r.get("median")) for i, r in enumerate(e.runs)),
+              *((f"spread.run_medians[{i}]", v) for i, v in enumerate((e.spread or {}).get("run_medians") or ()))]
+    for key, v in values:
+        problem = signs.problem(e.unit, (v,)) if isinstance(v, (int, float)) else None
+        if problem:
+            return key, problem
+    nothing = signs.measured_nothing(e.unit, (*s.samples, s.median))
+    return ("summary.samples", nothing) if nothing else None
+
+
 def checked_entries(by_area: ByArea, source: str) -> ByArea:
-    """Every number finite (else WriteRefused naming source, test, metric and key); samples capped."""
+    """Every number finite and of a sign its unit allows (else WriteRefused naming source, test, metric and
+    key); samples capped."""
     out: ByArea = {}
     for area, tests in by_area.items():
         for test, metrics in tests.items():
@@ -199,6 +218,10 @@ def checked_entries(by_area: ByArea, source: str) -> ByArea:
                 if bad:
                     raise WriteRefused(f"{source}: {test} {metric}: {bad[0]} is {bad[1]!r}, not a finite number "
                                        f"(a sample overflowed or a measurement failed upstream); nothing written: "
+                                       f"re-measure, or fix the number at its source")
+                signed = _sign_problem(e)
+                if signed:
+                    raise WriteRefused(f"{source}: {test} {metric}: {signed[0]}: {signed[1]}; nothing written: "
                                        f"re-measure, or fix the number at its source")
                 if len(e.summary.samples) > MAX_STORED_SAMPLES:
                     e = dataclasses.replace(e, summary=dataclasses.replace(
@@ -229,6 +252,23 @@ def selected(by_area: ByArea, tests: tuple[str, ...] = (), metrics: tuple[str, .
     return out
 
 
+def without_nothing_measured(by_area: ByArea, say: Callable[[str], object]) -> ByArea:
+    """The entries less those whose every sample is 0 of a duration, rate or bandwidth (perfgate.judge.signs):
+    no baseline, said in one line each. Left out rather than refusing the run: perfgate's own runs
+    record them (a p50 gap of 0 ms between tokens that arrive in one chunk), and the stored entry, if
+    any, stays as it was."""
+    out: ByArea = {}
+    for area, tests in by_area.items():
+        for test, metrics in tests.items():
+            for metric, e in metrics.items():
+                nothing = signs.measured_nothing(e.unit, (*e.summary.samples, e.summary.median))
+                if nothing:
+                    say(f"left out {short_id(test)} {metric}: {nothing}")
+                    continue
+                out.setdefault(area, {}).setdefault(test, {})[metric] = e
+    return out
+
+
 def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
                       say: Callable[[str], object] = print, refs: list[dict] | None = None, settings=None,
                       tests: tuple[str, ...] = (), metrics: tuple[str, ...] = ()) -> Plan:
@@ -244,6 +284,7 @@ def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
     doc = results_mod.pool(docs, names, include_tainted=checks.include_tainted,
                            refs=[ref_of[n] for n in names] if refs else None)
     by_area = selected(results_mod.baseline_entries(doc, include_tainted=checks.include_tainted), tests, metrics)
+    by_area = without_nothing_measured(by_area, say)
     ungated = {(r["test_id"], r["metric"]) for r in doc.get("results") or [] if not r.get("gated", True)}
     clash = disagreeing(by_area, ungated, settings)
     if clash and not checks.force:

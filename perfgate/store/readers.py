@@ -26,6 +26,7 @@ import zlib
 from pathlib import Path
 from typing import Any, NoReturn
 
+from perfgate.judge import signs
 from perfgate.judge.metrics import MAX_MAGNITUDE
 
 # The largest real files are ~5 MB (a CPU CI run's results, gunzipped; a GPU serving run's raw
@@ -211,8 +212,22 @@ class Checker:
             self.fail(key, f"must be one of {', '.join(map(repr, choices))}, got {shown(value)}")
         return value
 
-    def numbers(self, value: Any, key: str) -> list[float]:
-        return [self.number(v, f"{key}[{i}]") for i, v in enumerate(self.list(value, key))]
+    def numbers(self, value: Any, key: str, *, unit: Any = None) -> list[float]:
+        """A list of finite numbers; with ``unit``, each a measurement of that unit (:meth:`sign`)."""
+        out = [self.number(v, f"{key}[{i}]") for i, v in enumerate(self.list(value, key))]
+        if unit is not None:
+            for i, v in enumerate(out):
+                self.sign(v, f"{key}[{i}]", unit)
+        return out
+
+    def sign(self, value: float | None, key: str, unit: Any) -> float | None:
+        """A finite number (checked by :meth:`number`) that can be a measurement in ``unit``: never a negative
+        duration, rate, bandwidth, size or count, nor a subnormal anything (perfgate.judge.signs, the rule)."""
+        if value is not None:
+            problem = signs.problem(unit, (value,))
+            if problem:
+                self.fail(key, problem)
+        return value
 
     def strings(self, value: Any, key: str, *, optional: bool = False) -> list[str]:
         return [self.string(v, f"{key}[{i}]") for i, v in enumerate(self.list(value, key, optional=optional))]

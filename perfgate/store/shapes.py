@@ -5,12 +5,15 @@ where tables are expected, strings, and every number finite, of sane magnitude (
 of its type (a boolean is not a number). A NaN run median in a results file, refreshed into a
 baseline, once made a run at 7x the baseline ``pass`` with change ``+nan%`` (every comparison with
 NaN is false); now it stops the command with one line naming the file and the key (issue 27).
+Every measured value is also of a sign its unit allows (perfgate.judge.signs: a negative duration,
+rate, bandwidth or size, or a subnormal anything, is refused; issue 49).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from perfgate.judge import signs
 from perfgate.judge.metrics import DIRECTIONS, MAX_TOLERANCE, UNIT_FAMILIES
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.store.readers import Checker, shown
@@ -28,28 +31,34 @@ def check_schema(path: Path, value: Any, readable: tuple[int, ...], *, what: str
                 f"{' and '.join(map(str, readable))}; {fix}")
 
 
-def check_summary(c: Checker, value: Any, key: str) -> None:
+def check_summary(c: Checker, value: Any, key: str, unit: Any = None, *, baseline: bool = False) -> None:
+    """A Summary; with ``unit``, every value a measurement of it (perfgate.judge.signs); ``baseline``: and not a
+    duration, rate or bandwidth that measured nothing (every sample 0)."""
     s = c.table(value, key)
-    c.number(s.get("median"), f"{key}.median")
-    samples = c.numbers(s.get("samples"), f"{key}.samples")
+    c.sign(c.number(s.get("median"), f"{key}.median"), f"{key}.median", unit)
+    samples = c.numbers(s.get("samples"), f"{key}.samples", unit=unit)
     if not samples:
         c.fail(f"{key}.samples", "must hold at least one measurement, got []")
     for name in ("min", "max", "mean"):  # optional, but not null: readers default only when absent
         if name in s:
-            c.number(s[name], f"{key}.{name}")
+            c.sign(c.number(s[name], f"{key}.{name}"), f"{key}.{name}", unit)
     for name in ("mad", "iqr"):
         if name in s:
             c.number(s[name], f"{key}.{name}", minimum=0)
     if "n" in s:  # measurements taken; the samples kept are the first MAX_STORED_SAMPLES of them
         c.integer(s["n"], f"{key}.n", minimum=len(samples))
+    nothing = signs.measured_nothing(unit, samples + [s["median"]]) if baseline else None
+    if nothing:
+        c.fail(f"{key}.samples", nothing)
 
 
-def check_runs(c: Checker, value: Any, key: str) -> None:
+def check_runs(c: Checker, value: Any, key: str, unit: Any = None) -> None:
     """One run_noise.RunSummary per pooled run: its median sets the reference level and the spread
-    of medians widens the tolerance, so each must be a real number (a NaN median passed anything)."""
+    of medians widens the tolerance, so each must be a real number (a NaN median passed anything)
+    and a measurement in ``unit`` (a negative one passed a run 218 % slower)."""
     for i, run in enumerate(c.list(value, key, optional=True)):
         r = c.table(run, f"{key}[{i}]")
-        c.number(r.get("median"), f"{key}[{i}].median")
+        c.sign(c.number(r.get("median"), f"{key}[{i}].median"), f"{key}[{i}].median", unit)
         c.number(r.get("spread"), f"{key}[{i}].spread", optional=True, minimum=0)
         if "n" in r:
             c.integer(r["n"], f"{key}[{i}].n", minimum=1)
@@ -61,10 +70,10 @@ def check_runs(c: Checker, value: Any, key: str) -> None:
         c.strings(host.get("gpu_uuids"), f"{key}[{i}].host.gpu_uuids", optional=True)
 
 
-def check_spread(c: Checker, value: Any, key: str) -> None:
+def check_spread(c: Checker, value: Any, key: str, unit: Any = None) -> None:
     """What `perfgate calibrate` stored: its run medians widen the gross-change guard."""
     s = c.table(value, key, optional=True)
-    c.numbers(s.get("run_medians") if "run_medians" in s else [], f"{key}.run_medians")
+    c.numbers(s.get("run_medians") if "run_medians" in s else [], f"{key}.run_medians", unit=unit)
     for name in ("run_to_run", "within_run", "k", "floor", "proposed_tol"):
         c.number(s.get(name), f"{key}.{name}", optional=True, minimum=0)
     if "runs" in s:
@@ -110,17 +119,17 @@ def _plain_fields(c: Checker, table: dict, key: str) -> None:
 
 def check_baseline_entry(c: Checker, value: Any, key: str) -> None:
     e = c.table(value, key)
-    c.string(e.get("unit"), f"{key}.unit")
+    unit = c.string(e.get("unit"), f"{key}.unit")
     c.string(e.get("better"), f"{key}.better")
-    check_summary(c, e.get("summary"), f"{key}.summary")
+    check_summary(c, e.get("summary"), f"{key}.summary", unit, baseline=True)
     c.number(e.get("tol"), f"{key}.tol", optional=True, minimum=0, maximum=MAX_TOLERANCE)
     if "provenance" in e:
         c.string(e["provenance"], f"{key}.provenance")
     for name in ("when", "commit", "source"):
         c.string(e.get(name), f"{key}.{name}", optional=True)
     c.table(e.get("software"), f"{key}.software", optional=True)
-    check_spread(c, e.get("spread"), f"{key}.spread")
-    check_runs(c, e.get("runs"), f"{key}.runs")
+    check_spread(c, e.get("spread"), f"{key}.spread", unit)
+    check_runs(c, e.get("runs"), f"{key}.runs", unit)
     check_workload(c, e.get("workload"), f"{key}.workload")
 
 
@@ -146,7 +155,7 @@ def check_baseline_document(c: Checker, doc: dict) -> None:
                        f"names {shown(key)}, which the file's 'fingerprints' table does not hold")
 
 
-def check_verdict(c: Checker, value: Any, key: str) -> None:
+def check_verdict(c: Checker, value: Any, key: str, unit: Any = None) -> None:
     """A saved verdict: `perfgate power` reads its change, the report its baseline median."""
     from perfgate.judge.verdict import Outcome
 
@@ -156,7 +165,8 @@ def check_verdict(c: Checker, value: Any, key: str) -> None:
     # a relative change from a baseline median of 0 is infinite (verdict.worsening): shown, never judged
     c.number(verdict.get("change"), f"{key}.change", optional=True, infinite=True)
     c.number(verdict.get("p_value"), f"{key}.p_value", optional=True, minimum=0, maximum=1)
-    c.number(verdict.get("baseline_median"), f"{key}.baseline_median", optional=True)
+    c.sign(c.number(verdict.get("baseline_median"), f"{key}.baseline_median", optional=True),
+           f"{key}.baseline_median", unit)
     c.number(verdict.get("tol"), f"{key}.tol", optional=True, minimum=0, maximum=MAX_TOLERANCE)
     c.string(verdict.get("explanation"), f"{key}.explanation", optional=True)
 
@@ -170,22 +180,22 @@ def check_result_entry(c: Checker, value: Any, key: str) -> None:
     except ValueError as exc:
         raise c.error(f"{exc}; {c.fix}") from None
     c.string(r.get("metric"), f"{key}.metric")
-    c.choice(r.get("unit"), f"{key}.unit", sorted(UNIT_FAMILIES))
+    unit = c.choice(r.get("unit"), f"{key}.unit", sorted(UNIT_FAMILIES))
     c.choice(r.get("better"), f"{key}.better", DIRECTIONS)
     c.number(r.get("tol"), f"{key}.tol", minimum=0, maximum=MAX_TOLERANCE)
     if "gated" in r:
         c.boolean(r["gated"], f"{key}.gated")
-    check_summary(c, r.get("summary"), f"{key}.summary")
-    check_runs(c, r.get("runs"), f"{key}.runs")
-    check_verdict(c, r.get("verdict"), f"{key}.verdict")
+    check_summary(c, r.get("summary"), f"{key}.summary", unit)
+    check_runs(c, r.get("runs"), f"{key}.runs", unit)
+    check_verdict(c, r.get("verdict"), f"{key}.verdict", unit)
     baseline = c.table(r.get("baseline"), f"{key}.baseline", optional=True)  # gate.baseline_view
-    for name in ("median", "mad"):
-        c.number(baseline.get(name), f"{key}.baseline.{name}", optional=True)
+    c.sign(c.number(baseline.get("median"), f"{key}.baseline.median", optional=True), f"{key}.baseline.median", unit)
+    c.number(baseline.get("mad"), f"{key}.baseline.mad", optional=True)
     if baseline.get("n") is not None:
         c.integer(baseline["n"], f"{key}.baseline.n", minimum=0)
     for name in ("samples", "run_medians"):
         if baseline.get(name) is not None:
-            c.numbers(baseline[name], f"{key}.baseline.{name}")
+            c.numbers(baseline[name], f"{key}.baseline.{name}", unit=unit)
     c.string(baseline.get("provenance"), f"{key}.baseline.provenance", optional=True)
     if "attempts" in r:
         c.integer(r["attempts"], f"{key}.attempts", minimum=1)
