@@ -87,13 +87,14 @@ class OpDef:
     bus_factor: Callable[[int], float]
     input_elems: Callable[[int, int], int]   # (elems, n) -> elements in each rank's input
     output_elems: Callable[[int, int], int]
-    # (torch, inp, out, rank, n) -> expected output tensor, given inputs made by _fill
+    # (torch, inp, out, rank, n) -> expected output tensor, given inputs made by fill
     expected: Callable
-    call: Callable                           # (dist, inp, out, rank, n) -> None
+    # (dist, inp, out, rank, n, group=None) -> None; rank and n are within ``group`` (None: the default group)
+    call: Callable
     divisible_by_world: bool = False
 
 
-def _fill(torch, elems: int, rank: int, device, dtype):
+def fill(torch, elems: int, rank: int, device, dtype):
     """Rank-specific small integers: exact in every float type we use, so checks are exact."""
     idx = torch.arange(elems, device=device, dtype=torch.int64)
     return ((idx % 13) + rank + 1).to(dtype)
@@ -104,34 +105,39 @@ def _sum_expected(torch, elems, n, device, dtype):
     return ((idx % 13) * n + n * (n + 1) // 2).to(dtype)
 
 
-def _all_reduce(dist, inp, out, rank, n):
-    dist.all_reduce(inp)
+def _all_reduce(dist, inp, out, rank, n, group=None):
+    dist.all_reduce(inp, group=group)
 
 
-def _all_gather(dist, inp, out, rank, n):
-    dist.all_gather_into_tensor(out, inp)
+def _all_gather(dist, inp, out, rank, n, group=None):
+    dist.all_gather_into_tensor(out, inp, group=group)
 
 
-def _reduce_scatter(dist, inp, out, rank, n):
-    dist.reduce_scatter_tensor(out, inp)
+def _reduce_scatter(dist, inp, out, rank, n, group=None):
+    dist.reduce_scatter_tensor(out, inp, group=group)
 
 
-def _all_to_all(dist, inp, out, rank, n):
-    dist.all_to_all_single(out, inp)
+def _all_to_all(dist, inp, out, rank, n, group=None):
+    dist.all_to_all_single(out, inp, group=group)
 
 
-def _broadcast(dist, inp, out, rank, n):
-    dist.broadcast(inp, src=0)
+def _broadcast(dist, inp, out, rank, n, group=None):
+    dist.broadcast(inp, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
 
 
-def _send_recv(dist, inp, out, rank, n):
-    ops = [dist.P2POp(dist.isend, inp, (rank + 1) % n), dist.P2POp(dist.irecv, out, (rank - 1) % n)]
+def _send_recv(dist, inp, out, rank, n, group=None):
+    """A ring step: send to the next rank of the group, receive from the previous one (peers are global ranks)."""
+    def peer(r):
+        return r if group is None else dist.get_global_rank(group, r)
+
+    ops = [dist.P2POp(dist.isend, inp, peer((rank + 1) % n), group=group),
+           dist.P2POp(dist.irecv, out, peer((rank - 1) % n), group=group)]
     for req in dist.batch_isend_irecv(ops):
         req.wait()
 
 
 def _expected_all_gather(torch, inp, out, rank, n):
-    return torch.cat([_fill(torch, inp.numel(), r, inp.device, inp.dtype) for r in range(n)])
+    return torch.cat([fill(torch, inp.numel(), r, inp.device, inp.dtype) for r in range(n)])
 
 
 def _expected_reduce_scatter(torch, inp, out, rank, n):
@@ -142,7 +148,7 @@ def _expected_reduce_scatter(torch, inp, out, rank, n):
 
 def _expected_all_to_all(torch, inp, out, rank, n):
     chunk = inp.numel() // n
-    parts = [_fill(torch, inp.numel(), r, inp.device, inp.dtype)[rank * chunk:(rank + 1) * chunk] for r in range(n)]
+    parts = [fill(torch, inp.numel(), r, inp.device, inp.dtype)[rank * chunk:(rank + 1) * chunk] for r in range(n)]
     return torch.cat(parts)
 
 
@@ -156,9 +162,9 @@ OP_DEFS: dict[str, OpDef] = {
     "all_to_all": OpDef(lambda n: (n - 1) / n, lambda e, n: (e // n) * n, lambda e, n: (e // n) * n,
                         _expected_all_to_all, _all_to_all, divisible_by_world=True),
     "broadcast": OpDef(lambda n: 1.0, lambda e, n: e, lambda e, n: 0,
-                       lambda torch, i, o, r, n: _fill(torch, i.numel(), 0, i.device, i.dtype), _broadcast),
+                       lambda torch, i, o, r, n: fill(torch, i.numel(), 0, i.device, i.dtype), _broadcast),
     "send_recv": OpDef(lambda n: 1.0, lambda e, n: e, lambda e, n: e,
-                       lambda torch, i, o, r, n: _fill(torch, i.numel(), (r - 1) % n, i.device, i.dtype), _send_recv),
+                       lambda torch, i, o, r, n: fill(torch, i.numel(), (r - 1) % n, i.device, i.dtype), _send_recv),
 }
 
 
@@ -185,8 +191,8 @@ def _busy_wait(seconds: float) -> None:
         pass
 
 
-class _Timer:
-    """Wall time of a region: CUDA events on GPU, perf_counter on CPU."""
+class Timer:
+    """Wall time of a region: CUDA events on GPU, perf_counter on CPU (the one timer of collective calls)."""
 
     def __init__(self, torch, device):
         self.torch, self.cuda = torch, device.type == "cuda"
@@ -213,12 +219,12 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
     if opdef.divisible_by_world:
         elems = max(n, (elems // n) * n)
     in_elems, out_elems = opdef.input_elems(elems, n), opdef.output_elems(elems, n)
-    inp = _fill(torch, in_elems, rank, device, dtype)
+    inp = fill(torch, in_elems, rank, device, dtype)
     init = inp.clone()
     out = torch.empty(max(out_elems, 1), device=device, dtype=dtype)
     whole = slowdown == int(slowdown)  # integer: k collectives per call; fractional: stretch each sample
     run_once = _slowed(lambda: opdef.call(dist, inp, out, rank, n), slowdown if whole else 1)
-    timer = _Timer(torch, device)
+    timer = Timer(torch, device)
     ctx.phase(f"{spec.op} {size} B warm-up")
     for _ in range(max(spec.warmup, 1)):
         run_once()
@@ -252,7 +258,7 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
                      count=in_elems, iters=iters, bus_factor=opdef.bus_factor(n), graph=use_graph)
     if spec.op in ("all_gather", "reduce_scatter", "all_to_all"):
         res.size_bytes = max(in_elems, out_elems) * esize
-    ref_in = _fill(torch, max(res.size_bytes // esize, 1), rank, device, dtype)
+    ref_in = fill(torch, max(res.size_bytes // esize, 1), rank, device, dtype)
     ref_out = torch.empty_like(ref_in)
     ref_once = lambda: _send_recv(dist, ref_in, ref_out, rank, n)  # noqa: E731
     ref_once()
