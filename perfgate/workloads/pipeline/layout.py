@@ -5,13 +5,16 @@ have started (Megatron's ``microbatch_group_size_per_vp_stage`` check, torch's
 ``Schedule1F1B`` refusing M < PP, a layer count that does not split into virtual stages)
 is checked here, in the parent, at construction. A wrong test parameter then fails in
 milliseconds with a message that names the numbers, never as a traceback from rank 3
-after a minute of start-up. Modelled on torchtitan's ``ParallelDims``.
+after a minute of start-up. Modelled on torchtitan's ``ParallelDims``. Which ranks form each group
+(the order of the dimensions, rank -> coordinate) is perfgate.workloads.mesh.layout's ``MeshLayout``,
+whose degree check this one shares.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from perfgate import mutations
+from perfgate.workloads.mesh.layout import check_degrees
 
 # Schedules each engine can run, by the names used in test ids.
 SCHEDULES: dict[str, tuple[str, ...]] = {
@@ -46,10 +49,7 @@ class ParallelLayout:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if self.tp * self.pp * self.dp != self.world_size:
-            raise ValueError(
-                f"tp {self.tp} x pp {self.pp} x dp {self.dp} = {self.tp * self.pp * self.dp} ranks, "
-                f"but world size is {self.world_size}")
+        check_degrees(self.world_size, {"tp": self.tp, "pp": self.pp, "dp": self.dp})  # the mesh's own rule
         if self.engine not in SCHEDULES:
             raise ValueError(f"unknown engine {self.engine!r}; known: {', '.join(SCHEDULES)}")
         if self.schedule not in SCHEDULES[self.engine]:
