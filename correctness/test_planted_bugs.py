@@ -21,6 +21,7 @@ from hypothesis.errors import NoSuchExample
 from correctness import alltoall_properties as a2a
 from correctness import checkpoint_properties as ckpt
 from correctness import collective_properties as coll
+from correctness import mesh_properties as mesh
 from correctness.hypothesis_settings import planted
 from correctness.property_violation import PropertyViolation
 
@@ -73,6 +74,15 @@ def _describe_collective(c) -> str:
     return f"{c.op} world={c.world_size} {c.dtype}{root}; inputs {inputs}"
 
 
+def _mesh_worlds():
+    return st.sampled_from(mesh.WORLDS)
+
+
+def _mesh_in_order(case):
+    """The same mesh case with every rank issuing its collectives in the same order."""
+    return replace(case, reorder_rank=None, reorder_dim=None)
+
+
 def _pools_free(check):
     return lambda pools, case: check(case)
 
@@ -109,6 +119,18 @@ PLANTED = [
     Planted("root_ignored", "test_broadcast_from_any_root_gives_the_roots_tensor",
             lambda: coll.collective_cases("broadcast", bug="root_ignored"), coll.run_and_check,
             lambda c: replace(c, bug=""), _describe_collective),
+    Planted("mesh_swapped_dims", "test_every_group_of_every_mesh_dimension_passes_the_group_sum",
+            lambda: _mesh_worlds().flatmap(lambda w: mesh.mesh_cases(w, bug="swapped_dims")), mesh.run_group_sums,
+            lambda c: replace(c, bug=""), mesh.describe),
+    Planted("mesh_reordered_collectives", "test_every_group_of_every_mesh_dimension_passes_the_group_sum",
+            lambda: _mesh_worlds().flatmap(lambda w: mesh.mesh_cases(w, reorder=True)), mesh.run_group_sums,
+            _mesh_in_order, mesh.describe),
+    Planted("mesh_reordered_unguarded", "test_every_group_of_every_mesh_dimension_passes_the_group_sum",
+            lambda: _mesh_worlds().flatmap(lambda w: mesh.mesh_cases(w, reorder=True, guard=False)),
+            mesh.run_group_sums, _mesh_in_order, mesh.describe),
+    Planted("mesh_guard_keyed_by_shape", "test_mesh_order_mismatch_is_stopped_before_any_data_moves",
+            lambda: _mesh_worlds().flatmap(lambda w: mesh.mesh_cases(w, reorder=True, bug="guard_keyed_by_shape")),
+            mesh.run_reorder, lambda c: replace(c, bug=""), mesh.describe),
 ]
 
 
