@@ -27,8 +27,8 @@ import pytest
 from perfgate import benchmark_bridge
 from perfgate.judge.config import ConfigError
 from perfgate.judge.gate import evaluate
-from perfgate.judge.verdict import Outcome, fails
-from perfgate.machine import hardware
+from perfgate.judge.verdict import MIN_SAMPLES_TO_DECIDE, Outcome, fails
+from perfgate.machine import hardware, suite_packages
 from perfgate.machine.hardware_id import HardwareIdError
 from perfgate.machine.markers import MARKERS, missing_requirements
 from perfgate.recorder import PerfRecorder
@@ -52,8 +52,22 @@ _RESULTS = pytest.StashKey[list]()
 _TAINT = pytest.StashKey[list]()  # why this test's numbers were measured on a busy machine (load_watch)
 
 
-class PerfRegression(AssertionError):
-    """Raised into a test whose gated metric regressed; pytest shows it as the failure."""
+_PACKAGES = "perfgate.packages"  # what the suite's test modules import, for the controller's results file
+
+
+def _fail(lines: list[str]):
+    """Fail the test with these lines and nothing else: one per regression (its full reasoning is in the
+    report), no traceback of perfgate's hooks (under ``-l`` that was ~90 lines before the one that matters)."""
+    __tracebackhide__ = True
+    pytest.fail("\n".join(printable(line) for line in lines), pytrace=False)
+
+
+def _suite_packages(item: pytest.Item, state: PerfState) -> dict[str, str]:
+    """The versions of what this session's test modules import (once per process, when first needed)."""
+    if state.packages is None:
+        modules = {id(m): m for i in item.session.items if (m := getattr(i, "module", None)) is not None}
+        state.packages = suite_packages.packages_of(modules.values())
+    return state.packages
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -170,6 +184,19 @@ def _suspect(r: MetricResult) -> bool:
     return r.gated and r.outcome in (Outcome.REGRESSION.value, Outcome.NOISY.value)
 
 
+# Re-measurements a suspect with too few samples to reach significance may take (MIN_SAMPLES_TO_DECIDE
+# samples of one a run need 4): enough for one-sample metrics, bounded for a test that records nothing new.
+MAX_REMEASURES_FOR_SAMPLES = MIN_SAMPLES_TO_DECIDE - 1
+
+
+def _too_few(r: MetricResult, rec: PerfRecorder) -> bool:
+    """A noisy suspect whose samples over every attempt so far cannot reach significance (one a run:
+    pytest-benchmark's pedantic rounds=1) is re-measured until they can, whatever --perf-retries says:
+    without it such a metric could only ever be ``noisy`` and never fail (issue 47)."""
+    return (r.gated and r.outcome == Outcome.NOISY.value and r.metric in rec.metrics
+            and len(rec.pooled(r.metric)) < MIN_SAMPLES_TO_DECIDE)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     state = item.config.stash[_STATE]
@@ -187,6 +214,7 @@ def _recorder(item: pytest.Item) -> PerfRecorder | None:
 
 
 def _judge(item: pytest.Item, state: PerfState):
+    __tracebackhide__ = True
     if _recorder(item) is None and "perf" not in getattr(item, "fixturenames", ()):
         return (yield)
     try:  # taint: the machine was busy in this call's own window, or in the launches it read (runcache)
@@ -201,7 +229,9 @@ def _judge(item: pytest.Item, state: PerfState):
         watched = item.stash[_TAINT]
         evaluated = _evaluate(state, rec, pooled=False, watched=watched)
         attempt = 0
-        while any(_suspect(r) for r in evaluated) and attempt < state.settings.retries:
+        while any(_suspect(r) for r in evaluated) and (
+                attempt < state.settings.retries
+                or (attempt < MAX_REMEASURES_FOR_SAMPLES and any(_too_few(r, rec) for r in evaluated))):
             attempt += 1
             rec.new_attempt()
             state.runs.invalidate(item.nodeid)  # the re-run measures afresh what this test read
@@ -213,13 +243,13 @@ def _judge(item: pytest.Item, state: PerfState):
         if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:
             evaluated = _evaluate(state, rec, pooled=True, watched=watched)  # every attempt's samples
     except (BaselineError, ValueError) as exc:
-        raise PerfRegression(printable(f"perfgate could not compare: {exc}")) from None
+        _fail([f"perfgate could not compare: {exc}"])
     item.stash[_RESULTS] = evaluated
     failing = [r for r in evaluated if r.gated and fails(Outcome(r.outcome), strict=state.strict)]
     if failing:
-        software = hardware.fingerprint()["software"]
-        lines = [run_report.regression_line(r, software) for r in failing]
-        raise PerfRegression("performance regression:\n" + "\n".join(lines))
+        _suite_packages(item, state)
+        _fail([f"perfgate: performance regression: {run_report.regression_line(r, state.software())}"
+               for r in failing])
     return result
 
 
@@ -239,6 +269,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
                 evaluated = None
         if evaluated:
             rep.user_properties.append((_PROP, [r.to_dict() for r in evaluated]))
+            rep.user_properties.append((_PACKAGES, _suite_packages(item, item.config.stash[_STATE])))
         if isinstance(rec, PerfRecorder) and rec.attachments:
             rep.user_properties.append((_ATTACH, rec.attachments))
     elif call.when == "teardown" and "perf" in getattr(item, "fixturenames", ()):
@@ -258,6 +289,8 @@ def _collect(config: pytest.Config, report) -> None:
             state.results.extend(MetricResult.from_dict(d) for d in value)
         elif key == _ATTACH:
             state.attachments[report.nodeid] = value
+        elif key == _PACKAGES:
+            state.packages = {**(state.packages or {}), **value}
     if report.when == "setup" and report.skipped and state.budget_s is not None:
         reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
         if "perf budget" in reason:
@@ -367,7 +400,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                   width=resolve_width(isatty=bool(tr.isatty()), tty_width=tr._tw.fullwidth),
                                   table=config.getoption("--perf-table"), notes=outputs.report_notes(state),
                                   full_table_at=config.getoption("--perf-markdown"),
-                                  current_software=hardware.fingerprint()["software"],
+                                  current_software=state.software(),
                                   baselines_at=_judged_with(state.settings, state.hardware_id))
     for line in lines:
         tr.write_line(line.text, **_MARKUP.get(line.style, {}))

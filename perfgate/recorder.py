@@ -47,7 +47,7 @@ class PerfRecorder:
 
     def record(self, name: str, samples: Sequence[float], *, unit: str, better: str,
                tol: float | None = None, depends: str | None = None,
-               device_busy: float | None = None) -> Metric:
+               device_busy: float | None = None, floor: float | None = None) -> Metric:
         """Record repeated measurements of one metric. ``tol`` overrides the unit family default.
 
         ``depends``: what the number depends on, which decides what it is compared with (``nothing``:
@@ -56,7 +56,11 @@ class PerfRecorder:
         whole machine). Left out, it follows the unit: count -> nothing, x/fraction -> family, else host.
         ``device_busy``: the measured share (0..1) of the timed region the device was busy, beside a GPU
         timing; at >= 0.9 (metrics.DEVICE_BOUND) here and in the baseline a host timing is judged as
-        ``device``. docs/hardware-ids.md has the table."""
+        ``device``. docs/hardware-ids.md has the table.
+        ``floor``: the smallest change of the median, in ``unit``, this measurement can resolve (a timer's
+        resolution over the calls one sample averages); a change below it passes and the verdict says so.
+        Left out, a timing gets the default of its unit (judge.config.ABS_FLOORS: 2 us), others none.
+        Every sample counts: the verdict judges all of them; files store a summary (metrics.stored_samples)."""
         if not name or not isinstance(name, str):
             raise MetricError(f"metric name must be a non-empty string, got {name!r}")
         if name in self.metrics:
@@ -73,7 +77,7 @@ class PerfRecorder:
         if problem:
             raise MetricError(f"{self.test_id}: metric {name!r}: {problem}; record only what was measured")
         metric = Metric(name=name, unit=unit, better=better, summary=summary, tol=tol, depends=depends,
-                        device_busy=device_busy)
+                        device_busy=device_busy, floor=floor)
         self.metrics[name] = metric
         return metric
 

@@ -65,6 +65,16 @@ class PerfState:
         # a job that starts mid-session taints what is measured beside it.
         self.watch = LoadWatch(enabled=opt("--perf-preflight") != "off")
         self.runs = RunCache(self.watch)
+        # what the suite's test modules import (machine.suite_packages); None until first needed
+        self.packages: dict[str, str] | None = None
+
+    def software(self) -> dict:
+        """perfgate's stack (machine.hardware) and, as ``packages``, the versions of what the measured
+        code imports: what a results file, a baseline's provenance and a regression line name."""
+        software = dict(hardware.fingerprint()["software"])
+        if self.packages:  # None (nothing judged) or {} (nothing installed imported): not known, not written
+            software["packages"] = dict(self.packages)
+        return software
 
     def _check_baselines(self) -> None:
         """Read every baseline file of this hardware id (and of its family, whose ratios it may

@@ -111,9 +111,69 @@ def test_benchmark_tests_are_timed_by_perfgate_under_xdist(project):
     assert {k for k in got} == {("test_sort", "time_s"), ("test_sort_pedantic", "time_s")}
     assert all(r["verdict"]["outcome"] in ("pass", "improved", "noisy") for r in got.values()), got
     assert got[("test_sort_pedantic", "time_s")]["summary"]["n"] == 15  # pedantic's own rounds
+    assert "benchmarks were timed concurrently: 2 xdist workers at once" in out  # and the user is told
 
 
 def test_benchmark_disable_records_nothing(project):
     res = project.runpytest(HW, "--benchmark-disable", "--perf-save=off.json", *FAST)
     res.assert_outcomes(passed=2)
     assert not (project.path / "off.json").exists()
+
+
+# A callable that takes ``seconds`` of wall time on any machine, busy or not (it spins on the clock), so a
+# 2x slowdown is 2x in every run; ``rich`` stands for the suite's own package (its version and its direct
+# dependencies' are the provenance a user bisects on).
+SPIN = """
+import time
+
+import rich
+
+SCALE = {scale}
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_half_microsecond(benchmark):
+    assert rich.get_console is not None
+    benchmark(spin, 0.5e-6 * SCALE)
+
+
+def test_single_round(benchmark):
+    benchmark.pedantic(spin, args=(2e-3 * SCALE,), warmup_rounds=2)
+"""
+
+
+def test_sub_microsecond_and_single_round_benchmarks_fail_2x_in_one_line(pytester, monkeypatch):
+    """Issue 47: a 0.5 us call made 2x slower passed under the 2 us floor, and pedantic(rounds=1) gave one
+    sample, which could only ever read ``noisy``. Both fail a default run now (the single round after
+    re-measurements until its samples can reach significance), each failure is one line (no hook source
+    under -l), and the suite's package versions travel in the results, the baseline and that line."""
+    monkeypatch.setenv("COLUMNS", "200")
+    pytester.makefile(".toml", pyproject='[tool.perfgate]\nbaselines = "baselines"\n')
+    pytester.makepyfile(test_spin=SPIN.format(scale=1))
+    opts = (HW, "--perf-gate=all", "--benchmark-max-time=0.05", "-p", "no:cacheprovider", "--perf-preflight=off")
+    pytester.runpytest(*opts, "--perf-refresh").assert_outcomes(passed=2)
+    baseline = json.loads((pytester.path / "baselines" / "cpu-Test-2c" / "misc.json").read_text())
+    entry = baseline["entries"]["test_spin.py::test_half_microsecond"]["time_s"]
+    packages = entry["software"]["packages"]
+    assert packages["rich"] and {"pygments", "markdown-it-py"} <= set(packages), packages
+    assert 4e-7 < entry["summary"]["median"] < 2e-6
+
+    pytester.makepyfile(test_spin=SPIN.format(scale=2))
+    res = pytester.runpytest(*opts, "-l", "--perf-save=slow.json")
+    res.assert_outcomes(failed=2)
+    got = _metrics(pytester.path / "slow.json")
+    tiny, single = got[("test_half_microsecond", "time_s")], got[("test_single_round", "time_s")]
+    assert tiny["verdict"]["outcome"] == "regression" and tiny["floor"] < 1e-9, tiny["verdict"]
+    assert single["verdict"]["outcome"] == "regression" and single["attempts"] == 5, single["verdict"]
+    assert "5 sample(s) here from 5 measurements" in single["verdict"]["explanation"]
+    failures = [line for line in res.stdout.lines if line.startswith("perfgate: performance regression: ")]
+    assert len(failures) == 2 and all(f"packages: " in line and "rich " in line for line in failures), failures
+    out = res.stdout.str()
+    assert "pytest.fail(" not in out and "__tracebackhide__" not in out and "yield" not in out  # no hook source
+    doc = json.loads((pytester.path / "slow.json").read_text())
+    assert doc["fingerprint"]["software"]["packages"] == packages

@@ -293,7 +293,7 @@ def test_every_gradient_in_one_bucket_fails_as_a_regression(bucket_project, monk
     res = bucket_project.runpytest("--perf-hardware-id=cpu-Foo-avx2-2c", f"--perf-save={saved}",
                                    "-p", "no:cacheprovider")
     res.assert_outcomes(failed=1)
-    res.stdout.fnmatch_lines(["*PerfRegression*", "*allreduce_calls_per_step*changed by -85.7% (7 -> 1; "
+    res.stdout.fnmatch_lines(["perfgate: performance regression: *allreduce_calls_per_step*changed by -85.7% (7 -> 1; "
                               "tolerance 0.0%)*exact count*refresh the baseline*"])
     (r,) = json.loads(saved.read_text())["results"]
     assert r["verdict"]["outcome"] == "regression" and r["gated"]

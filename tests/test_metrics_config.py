@@ -1,13 +1,16 @@
 """Metric summaries and tolerance configuration."""
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pytest
 
-from perfgate.judge.config import ConfigError, load_settings
+from perfgate.judge.config import ConfigError, Settings, load_settings
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.gate import Context, evaluate, tolerance
 from perfgate.judge.policy import GatePolicy
-from perfgate.judge.metrics import MAX_STORED_SAMPLES, Metric, MetricError, summarize
+from perfgate.judge.metrics import MAX_STORED_SAMPLES, Metric, MetricError, Summary, stored_samples, summarize
 
 
 def test_summary_is_robust():
@@ -16,9 +19,18 @@ def test_summary_is_robust():
     assert s.iqr == pytest.approx(2.0)
 
 
-def test_summary_caps_stored_samples_but_counts_all():
-    s = summarize(range(1, 1000))
-    assert s.n == 999 and len(s.samples) == MAX_STORED_SAMPLES
+def test_summary_stores_quantiles_of_every_sample():
+    """Issue 47: what is stored is a faithful summary of all samples (never the first N), and every
+    statistic counts all of them; in memory the verdict still has every sample."""
+    values = [10.0] * 200 + [1.0] * 799  # a slow first 200 rounds (no warm-up), then the real speed
+    s = summarize(values)
+    assert s.n == 999 and s.median == 1.0 and len(s.samples) == 999
+    stored = s.to_dict()["samples"]
+    assert len(stored) == MAX_STORED_SAMPLES and stored == sorted(stored)
+    assert stored[0] == 1.0 and stored[-1] == 10.0  # min and max kept
+    assert abs(stored.count(10.0) / MAX_STORED_SAMPLES - 200 / 999) < 0.01  # the slow share as in the run
+    assert Summary.from_dict(s.to_dict()).n == 999 and stored_samples(values) == tuple(stored)
+    assert stored_samples([3.0, 1.0, 2.0]) == (3.0, 1.0, 2.0)  # a short run is stored whole, in its order
 
 
 @pytest.mark.parametrize("bad", [[], [float("nan")], [1.0, float("inf")]])
@@ -139,3 +151,30 @@ def test_record_only_needs_a_reason(tmp_path):
     root = write(tmp_path, '[tool.perfgate.record_only]\n"perf/*" = ""\n')
     with pytest.raises(ConfigError, match="reason"):
         load_settings(root)
+
+
+def _judged(baseline_values, current_values, unit="s", floor=None):
+    """The verdict of a metric of ``current_values`` against a baseline written from ``baseline_values`` and
+    read back as a file holds it (its stored summary), on an id where absolute timings gate."""
+    from perfgate.store.baselines import BaselineEntry
+
+    stored = Summary.from_dict(summarize(baseline_values).to_dict())
+    entry = BaselineEntry(unit=unit, better="lower", summary=stored, tol=None, provenance="measured")
+    metric = Metric("time_s", unit, "lower", summarize(current_values), floor=floor)
+    return evaluate("bench/t.py::test_x", metric, Choice(entry, "1xH200", False, None),
+                    Context.of(Settings(baselines=Path("baselines")), "1xH200"))
+
+
+def test_a_run_is_judged_by_every_sample_not_its_first_200():
+    """Issue 47: pytest-benchmark ran 700-199,000 rounds and perfgate judged the first 200 (the least
+    warmed up). 200 slow rounds then 1,800 at the baseline's speed is the baseline's speed; the same run
+    with the slow rounds last and the first 1,800 slow is a regression, on every sample."""
+    rng = random.Random(0)
+    fast = lambda n: [1e-3 * (1 + 0.02 * rng.random()) for _ in range(n)]  # noqa: E731
+    slow = lambda n: [2e-3 * (1 + 0.02 * rng.random()) for _ in range(n)]  # noqa: E731
+    warm_up_then_fast = _judged(fast(2000), slow(200) + fast(1800))
+    assert warm_up_then_fast.outcome == "pass", warm_up_then_fast.verdict
+    assert "2,000 sample(s) here, 2,000 in the baseline (200 stored)" in warm_up_then_fast.verdict["explanation"]
+    slow_after_200 = _judged(fast(2000), fast(200) + slow(1800))
+    assert slow_after_200.outcome == "regression", slow_after_200.verdict
+    assert slow_after_200.summary.median == pytest.approx(2e-3, rel=0.03)

@@ -66,7 +66,7 @@ def test_slower_than_baseline_fails_as_regression(project, monkeypatch):
     monkeypatch.setenv("BW_SCALE", "0.7")
     res = project.runpytest(HW, "--perf-gate=all", "-p", "no:cacheprovider")
     res.assert_outcomes(passed=1, failed=1)
-    res.stdout.fnmatch_lines(["*PerfRegression*", "*busbw_gbps: worse by +30.0% (tolerance 5.0%)*",
+    res.stdout.fnmatch_lines(["perfgate: performance regression: *busbw_gbps: worse by +30.0% (tolerance 5.0%)*",
                               "*Re-run: pytest 'test_synth.py::test_bw'*"])
 
 

@@ -22,8 +22,21 @@ DEFAULT_TOLERANCES = {
     "ratio": 0.10, "fraction": 0.03, "count": 0.0,
     "energy": 0.05, "efficiency": 0.05,
 }
-# Changes below these, in the metric's own unit, never fail: timer and scheduler jitter.
+# The absolute floor of a timing that declares none (perf.record ``floor=``): a change of its median
+# smaller than this, in the metric's own unit, never fails, and the verdict says so. 2 us is the
+# jitter of one timed event (a CUDA event pair, a scheduler tick): a 15 us NCCL latency moving 1 us
+# between runs is 7 % and means nothing. A measurement that knows better declares its own: the
+# pytest-benchmark bridge declares the timer's resolution over the iterations of a round (a
+# per-iteration mean of a calibrated round resolves nanoseconds), docs/reading-the-report.md.
 ABS_FLOORS = {"ns": 500.0, "us": 2.0, "ms": 0.002, "s": 2e-6}
+
+
+def floor_of(unit: str, declared: float | None) -> tuple[float, str]:
+    """(floor, the rule's name for a verdict) of a metric in ``unit`` that declared ``declared``."""
+    if declared is not None:
+        return declared, f"the {declared:.3g} {unit} floor its test declared (the timer's resolution)"
+    floor = ABS_FLOORS.get(unit, 0.0)
+    return floor, f"the default {floor:g} {unit} floor of {unit} metrics that declare none (perf.record floor=)"
 
 
 class ConfigError(ReadError):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from perfgate.judge import guard, run_noise
 from perfgate.judge.baseline_choice import Choice
-from perfgate.judge.config import ABS_FLOORS, ConfigError, Settings
+from perfgate.judge.config import ConfigError, Settings, floor_of
 from perfgate.judge.fingerprint_check import host_paced_note, judged_dependency, not_comparable, other_workload
 from perfgate.judge.metrics import Metric, summarize
 from perfgate.judge.policy import GatePolicy
@@ -64,6 +64,15 @@ def baseline_view(entry: BaselineEntry) -> dict:
             **({"device_busy": entry.device_busy} if entry.device_busy is not None else {})}
 
 
+def samples_seen(summary, entry: BaselineEntry, attempts: int) -> str:
+    """How many samples the verdict saw, for its explanation: all of this run's (pooled over its
+    measurements where it was re-measured), against the baseline's stored ones and the count they stand for."""
+    here = f"{summary.n:,} sample(s) here" + (f" from {attempts} measurements" if attempts > 1 else "")
+    stored, n = len(entry.summary.samples), entry.summary.n
+    there = f"{n:,} in the baseline" + (f" ({stored} stored)" if stored < n else "")
+    return f"{here}, {there}"
+
+
 def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
              samples: list[float] | None = None, attempts: int = 1, workload: dict | None = None) -> MetricResult:
     """Verdict for ``metric`` (or for ``samples`` pooled over re-measurements) against ``choice``.
@@ -76,8 +85,10 @@ def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
     not-gated one that got worse by a factor no measured noise explains fails through the
     gross-change guard (perfgate.judge.guard)."""
     settings, entry, diff = context.settings, choice.entry, choice.diff
-    values = samples if samples is not None else list(metric.summary.samples)
-    summary = summarize(values)
+    # every sample: the metric's own (all it recorded; the stored quantiles for one read from a file), or
+    # every attempt's pooled; the medians are of all samples either way (metrics.Summary)
+    summary = summarize(samples) if samples is not None else metric.summary
+    values = list(summary.samples)
     tol = tolerance(settings, test_id, metric, entry)
     absolute = metric.family == "fraction"
     dependency = judged_dependency(metric.dependency, metric.device_busy, entry.device_busy if entry else None)
@@ -96,16 +107,20 @@ def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
             check_fraction_range(test_id, metric.name, metric.better, entry.summary.median, tol)
         few = entry.summary.n < MIN_SAMPLES_FOR_RANK_TEST or len(entry.summary.samples) < MIN_SAMPLES_FOR_RANK_TEST
         exact = entry.provenance.startswith("measured") and is_exact(entry.summary.samples, entry.summary.n, values)
-        base_median = entry.summary.median if few and not exact else None
+        base_median = entry.summary.median  # of all the baseline's samples, not of the ones it stored
         runs = [RunSummary.from_dict(r) for r in entry.runs]
         capped = None
         if len(runs) >= run_noise.MIN_RUNS and not exact:  # between-run model: vs the run medians, tol >= k x spread
             capped = run_noise.cap_note(tol, runs, absolute=absolute)
             tol = run_noise.effective_tolerance(tol, runs, absolute=absolute)
             base_median = run_noise.center(runs)
+        floor, floor_rule = floor_of(metric.unit, metric.floor)
         verdict = decide(list(entry.summary.samples), values, better=metric.better, tol=tol, absolute_tol=absolute,
-                         abs_floor=ABS_FLOORS.get(metric.unit, 0.0), baseline_median=base_median, exact=exact,
+                         abs_floor=floor, floor_rule=floor_rule, baseline_median=base_median,
+                         current_median=summary.median, rank_test=not few, exact=exact,
                          either_way=dependency == "nothing")
+        pooled_from = attempts if samples is not None else 1
+        verdict = replace(verdict, explanation=f"{verdict.explanation}; {samples_seen(summary, entry, pooled_from)}")
         if capped:
             verdict = replace(verdict, explanation=f"{verdict.explanation}; {capped}")
         if verdict.outcome is Outcome.REGRESSION and (paced := host_paced_note(metric.device_busy,
@@ -127,4 +142,4 @@ def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
                         better=metric.better, tol=tol, gated=gated, summary=summary, verdict=verdict.to_dict(),
                         baseline=base, attempts=attempts, rerun=f"pytest '{test_id}'",
                         tainted=list(context.tainted), workload=workload, depends=metric.depends,
-                        device_busy=metric.device_busy, declared_tol=metric.tol)
+                        device_busy=metric.device_busy, declared_tol=metric.tol, floor=metric.floor)

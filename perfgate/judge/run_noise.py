@@ -109,6 +109,22 @@ def run_summary(samples: Sequence[float], *, absolute: bool, when: str | None = 
                       host=host_identity(fingerprint), file=file)
 
 
+def run_summary_of(summary: dict, *, absolute: bool, when: str | None = None, commit: str | None = None,
+                   fingerprint: dict | None = None, file: str | None = None) -> RunSummary:
+    """One run's summary from its metric's stored summary (a results file's ``summary``): the median, MAD
+    and n of every sample the run took, not of the ones it stored. A summary without ``n`` or ``mad``
+    (hand-written, imported) is summarised from its samples."""
+    samples = summary.get("samples") or [summary["median"]]
+    if "n" not in summary or "mad" not in summary:
+        return run_summary(samples, absolute=absolute, when=when, commit=commit, fingerprint=fingerprint, file=file)
+    median, n = float(summary["median"]), int(summary["n"])
+    _finite([median, summary["mad"]], "summary value")
+    mad = float(summary["mad"]) * MAD_TO_SIGMA
+    spread = None if n < 2 else mad if absolute else (None if median == 0 else mad / abs(median))
+    return RunSummary(median=median, spread=spread, n=n, when=when, commit=commit,
+                      host=host_identity(fingerprint), file=file)
+
+
 def between_run_spread(runs: Sequence[RunSummary], *, absolute: bool = False) -> float | None:
     """Robust spread of the run medians; None below MIN_RUNS runs (two points make no spread)."""
     if len(runs) < MIN_RUNS:

@@ -17,6 +17,11 @@ from scipy import stats
 
 ALPHA = 0.05
 MIN_SAMPLES_FOR_RANK_TEST = 3
+# The fewest samples of a run with which a change can reach significance at ALPHA whatever the
+# baseline holds: the sign test's best p is 0.5 ** n (0.031 at 5, 0.0625 at 4), and a rank test of 5
+# against 3 baseline samples reaches 1 / C(8, 5) = 0.018. A metric measured once per run (pytest-benchmark's
+# pedantic rounds=1) could only ever be ``noisy``: the plugin re-measures a suspect until it has these.
+MIN_SAMPLES_TO_DECIDE = next(n for n in range(1, 64) if 0.5 ** n < ALPHA)
 
 
 class Outcome(str, enum.Enum):
@@ -83,14 +88,21 @@ def decide(
     abs_floor: float = 0.0,
     alpha: float = ALPHA,
     baseline_median: float | None = None,
+    current_median: float | None = None,
+    rank_test: bool | None = None,
+    floor_rule: str = "",
     exact: bool = False,
     either_way: bool = False,
 ) -> Verdict:
     """Compare current samples with baseline samples for one metric.
 
     ``abs_floor``: changes smaller than this in the metric's own unit always pass (a 1 us
-    swing on a 15 us latency is 7 % and meaningless). ``baseline_median`` overrides the
-    median of ``baseline`` (imported reference numbers carry a median, not samples).
+    swing on a 15 us NCCL latency is 7 % and meaningless); ``floor_rule`` names it in the
+    explanation where it decides ("the 2 us floor of ..."). ``baseline_median`` and
+    ``current_median`` override the medians of ``baseline`` and ``current``: the medians of every
+    sample a run took, where only a summary of them was stored. ``rank_test``: whether the samples
+    may be rank-tested (default: unless ``baseline_median`` is given, as for imported reference
+    numbers that carry a median, not samples); otherwise a sign test against the tolerance band.
     ``exact``: the value is deterministic (see :func:`is_exact`), so a change beyond tolerance
     is certain and needs no significance test (a one-sample metric could never reach one).
     ``either_way``: with ``exact``, a change beyond tolerance in the better direction fails too. For
@@ -105,15 +117,15 @@ def decide(
     if not current:
         raise ValueError("no current samples")
     cur = sorted(_finite(x, "current sample") for x in current)
-    cur_med = _median(cur)
+    cur_med = _finite(current_median, "current median") if current_median is not None else _median(cur)
     if baseline is None or (not baseline and baseline_median is None):
         return Verdict(Outcome.NEW, None, tol, None, "no baseline for this test and hardware id")
     base = [_finite(x, "baseline sample") for x in baseline]
     _finite(abs_floor, "absolute floor")
     base_med = _finite(baseline_median, "baseline median") if baseline_median is not None else _median(sorted(base))
     verdict = _decide(base, base_med, cur, cur_med, better=better, tol=tol, absolute_tol=absolute_tol,
-                      abs_floor=abs_floor, alpha=alpha, rank_test=baseline_median is None, exact=exact,
-                      either_way=either_way)
+                      abs_floor=abs_floor, alpha=alpha, exact=exact, either_way=either_way, floor_rule=floor_rule,
+                      rank_test=baseline_median is None if rank_test is None else rank_test)
     if math.isnan(verdict.change):  # cannot happen with finite inputs; never let it read as a pass
         raise ValueError(f"the change from {base_med!r} to {cur_med!r} is not a number")
     return replace(verdict, baseline_median=base_med)
@@ -132,14 +144,18 @@ def _finite(x, what: str) -> float:
 
 def _decide(base: list[float], base_med: float, cur: list[float], cur_med: float, *, better: str, tol: float,
             absolute_tol: bool, abs_floor: float, alpha: float, rank_test: bool, exact: bool,
-            either_way: bool = False) -> Verdict:
+            either_way: bool = False, floor_rule: str = "") -> Verdict:
     change = worsening(base_med, cur_med, better, absolute=absolute_tol)
     unit_word = "" if absolute_tol else "%"
     shown = f"{change * (1 if absolute_tol else 100):+.{3 if absolute_tol else 1}f}{unit_word}"
     limit = f"{tol * (1 if absolute_tol else 100):.{3 if absolute_tol else 1}f}{unit_word}"
     # a hair of slack: a change of exactly `tol` must not fail through float rounding
-    if abs(cur_med - base_med) <= abs_floor or abs(change) <= tol * (1 + 1e-9) + 1e-12:
+    if abs(change) <= tol * (1 + 1e-9) + 1e-12:
         return Verdict(Outcome.PASS, change, tol, None, f"change {shown} within tolerance {limit}")
+    if abs(cur_med - base_med) <= abs_floor:
+        return Verdict(Outcome.PASS, change, tol, None,
+                       f"change {shown} is beyond tolerance {limit}, but its size {abs(cur_med - base_med):.3g} is "
+                       f"below {floor_rule or f'the absolute floor {abs_floor:g}'}: passed by the floor")
     worse = change > 0
     if exact and either_way and not worse:
         return Verdict(Outcome.REGRESSION, change, tol, 0.0,
@@ -163,12 +179,22 @@ def _decide(base: list[float], base_med: float, cur: list[float], cur_med: float
         return Verdict(Outcome.REGRESSION, change, tol, p,
                        f"worse by {shown} (tolerance {limit}), {test} p={p:.3g}")
     if worse:
+        never = ("" if best_p_value(len(base), len(cur), rank_test=test == "Mann-Whitney U") < alpha else
+                 f"; {len(cur)} sample(s) can never reach p < {alpha:g}: a verdict needs {MIN_SAMPLES_TO_DECIDE}")
         return Verdict(Outcome.NOISY, change, tol, p,
-                       f"worse by {shown} (tolerance {limit}) but not significant ({test} p={p:.3g}): noisy")
+                       f"worse by {shown} (tolerance {limit}) but not significant ({test} p={p:.3g}{never}): noisy")
     if significant:
         return Verdict(Outcome.IMPROVED, change, tol, p,
                        f"better by {shown[1:]} ({test} p={p:.3g}): consider refreshing the baseline")
     return Verdict(Outcome.PASS, change, tol, p, f"better by {shown[1:]}, not significant")
+
+
+def best_p_value(n_baseline: int, n_current: int, *, rank_test: bool) -> float:
+    """The smallest one-sided p the test can give these sample counts: every current sample beyond the
+    band (sign test: 0.5 ** n) or beyond every baseline sample (rank test: 1 / C(n + m, n))."""
+    if rank_test:
+        return 1.0 / math.comb(n_baseline + n_current, n_current)
+    return 0.5 ** n_current
 
 
 def is_exact(baseline: Sequence[float], baseline_n: int, current: Sequence[float]) -> bool:

@@ -25,7 +25,8 @@ from perfgate.store.baseline_writer import Checks
 
 def document(config: pytest.Config, state: PerfState) -> dict:
     doc = results_mod.make_document(
-        state.results, hardware_id=state.hardware_id, fingerprint=hardware.fingerprint(),
+        state.results, hardware_id=state.hardware_id,
+        fingerprint=dict(hardware.fingerprint(), software=state.software()),
         commit=results_mod.git_commit(Path(config.rootpath)), attachments=state.attachments,
         interrupted=state.interrupted, skipped_by_budget=state.skipped_by_budget)
     mark = mutations.results_mark()

@@ -88,11 +88,21 @@ def metric_table(results: list[MetricResult], *, width: int, title: str | None =
                   styles=[style_of(r) for r in results])
 
 
+PACKAGES_SHOWN = 8  # of the measured code's packages in a regression line; the results file has them all
+
+
 def _software(sw: dict | None) -> str:
+    """perfgate's stack, then the packages the measured code imports (machine.suite_packages)."""
     if not sw:
         return "software unknown"
     keys = ("torch", "nccl", "cuda_driver", "driver", "vllm", "megatron_core")
-    return ", ".join(f"{k} {sw[k]}" for k in keys if sw.get(k)) or "software unknown"
+    parts = [f"{k} {sw[k]}" for k in keys if sw.get(k)]
+    packages = sw.get("packages") if isinstance(sw.get("packages"), dict) else {}
+    if packages:
+        shown = [f"{name} {version}" for name, version in list(packages.items())[:PACKAGES_SHOWN]]
+        more = len(packages) - len(shown)
+        parts.append("packages: " + ", ".join(shown) + (f" and {more} more" if more else ""))
+    return ", ".join(parts) or "software unknown"
 
 
 def _where(b: dict) -> str:

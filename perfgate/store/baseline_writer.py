@@ -19,8 +19,9 @@ line naming the file, test and metric, with nothing written:
   sign its unit does not allow (a negative duration, a subnormal anything: perfgate.judge.signs); a
   duration, rate or bandwidth whose every sample is 0 is left out of a refresh, with a line saying so.
 
-Stored samples are capped at MAX_STORED_SAMPLES per metric (a results file with 50 million
-samples must not become an 850 MB baseline), and a file given twice is pooled once.
+Stored samples are a summary of at most MAX_STORED_SAMPLES per metric (metrics.stored_samples: a
+results file with 50 million samples must not become an 850 MB baseline), and a file given twice is
+pooled once.
 """
 from __future__ import annotations
 
@@ -35,7 +36,6 @@ from typing import Callable
 from perfgate import mutations
 from perfgate.judge import run_noise, signs
 from perfgate.judge.fingerprint_check import compare, workload_changes
-from perfgate.judge.metrics import MAX_STORED_SAMPLES
 from perfgate.report.run_report import short_id
 from perfgate.store import interrupts, locks, results as results_mod
 from perfgate.store.baselines import BaselineEntry, BaselineStore
@@ -223,9 +223,6 @@ def checked_entries(by_area: ByArea, source: str) -> ByArea:
                 if signed:
                     raise WriteRefused(f"{source}: {test} {metric}: {signed[0]}: {signed[1]}; nothing written: "
                                        f"re-measure, or fix the number at its source")
-                if len(e.summary.samples) > MAX_STORED_SAMPLES:
-                    e = dataclasses.replace(e, summary=dataclasses.replace(
-                        e.summary, samples=tuple(e.summary.samples[:MAX_STORED_SAMPLES])))
                 out.setdefault(area, {}).setdefault(test, {})[metric] = e
     return out
 

@@ -18,7 +18,7 @@ from perfgate.judge import run_noise
 from perfgate.store.atomic import write_json_atomic
 from perfgate.store.baselines import BaselineEntry, now_iso
 from perfgate.judge.metrics import (Metric, Summary, check_declared_tol, check_depends, check_device_busy,
-                                    dependence_fields)
+                                    check_floor, dependence_fields)
 from perfgate.store.readers import Checker, ReadError, read_json
 from perfgate.store.shapes import check_results_document, check_schema
 
@@ -49,6 +49,7 @@ class MetricResult:
     depends: str | None = None  # as recorded (perf.record depends=); None: the unit's default
     device_busy: float | None = None  # share of the timed region the device was busy, as recorded
     declared_tol: float | None = None  # the test's own tol= (perf.record), before overrides and run noise
+    floor: float | None = None  # the test's own floor= (perf.record): the smallest change it resolves
 
     def to_dict(self) -> dict:
         d = {"test_id": self.test_id, "area": self.area, "metric": self.metric, "unit": self.unit,
@@ -60,6 +61,8 @@ class MetricResult:
         d.update(dependence_fields(self))
         if self.declared_tol is not None:
             d["declared_tol"] = self.declared_tol
+        if self.floor is not None:
+            d["floor"] = self.floor
         return d
 
     @classmethod
@@ -71,7 +74,8 @@ class MetricResult:
                    rerun=d.get("rerun", ""), tainted=d.get("tainted") or [], workload=d.get("workload") or None,
                    depends=check_depends(d.get("depends"), where),
                    device_busy=check_device_busy(d.get("device_busy"), where),
-                   declared_tol=check_declared_tol(d.get("declared_tol"), where))
+                   declared_tol=check_declared_tol(d.get("declared_tol"), where),
+                   floor=check_floor(d.get("floor"), where))
 
     @property
     def outcome(self) -> str:
@@ -83,7 +87,7 @@ class MetricResult:
         tolerance it was judged at, after overrides and the run-noise model) is not the test's: files
         written before ``declared_tol`` existed re-judge at the configured tolerances."""
         return Metric(name=self.metric, unit=self.unit, better=self.better, summary=self.summary,
-                      tol=self.declared_tol, depends=self.depends, device_busy=self.device_busy)
+                      tol=self.declared_tol, depends=self.depends, device_busy=self.device_busy, floor=self.floor)
 
 
 def area_of(test_id: str) -> str:
@@ -154,9 +158,8 @@ def _runs_of(doc: dict, raw: dict) -> list[dict]:
     """The per-run summaries of one result: pooled ones carry them, a single run is its own."""
     if raw.get("runs"):
         return list(raw["runs"])
-    return [run_noise.run_summary(raw["summary"]["samples"] or [raw["summary"]["median"]],
-                                  absolute=raw["unit"] == "fraction", when=doc.get("created"),
-                                  commit=doc.get("commit"), fingerprint=doc.get("fingerprint")).to_dict()]
+    return [run_noise.run_summary_of(raw["summary"], absolute=raw["unit"] == "fraction", when=doc.get("created"),
+                                     commit=doc.get("commit"), fingerprint=doc.get("fingerprint")).to_dict()]
 
 
 def baseline_entries(doc: dict, *, include_tainted: bool = False) -> dict[str, dict[str, dict[str, BaselineEntry]]]:
@@ -222,12 +225,15 @@ def pool(docs: list[dict], names: list[str], *, include_tainted: bool = False,
         samples = [x for _, _, r in use for x in r["summary"]["samples"]]
         runs = []
         for doc, name, r in use:
-            runs.append(run_noise.run_summary(r["summary"]["samples"] or [r["summary"]["median"]],
-                                              absolute=r["unit"] == "fraction", when=doc.get("created"),
-                                              commit=doc.get("commit"), fingerprint=doc.get("fingerprint"),
-                                              file=name).to_dict() | ref_of.get(id(doc), {}))
+            runs.append(run_noise.run_summary_of(r["summary"], absolute=r["unit"] == "fraction",
+                                                 when=doc.get("created"), commit=doc.get("commit"),
+                                                 fingerprint=doc.get("fingerprint"),
+                                                 file=name).to_dict() | ref_of.get(id(doc), {}))
         busy = [r.get("device_busy") for _, _, r in use]  # device-bound only if every pooled run was
-        results.append(dict(first, summary=summarize(samples).to_dict(), runs=runs, workload=workload,
+        # the runs' stored samples (each run's quantiles: runs weigh alike), n counting every sample taken
+        taken = sum(int(r["summary"].get("n", len(r["summary"]["samples"]))) for _, _, r in use)
+        summary = summarize(samples).to_dict() | {"n": max(taken, len(samples))}
+        results.append(dict(first, summary=summary, runs=runs, workload=workload,
                             device_busy=None if None in busy else min(busy),
                             tainted=[t for _, _, r in use for t in (r.get("tainted") or [])],
                             left_out=[c[1] for c in contributions if all(c[2] is not u[2] for u in use)]))

@@ -87,7 +87,11 @@ def check_fingerprint(c: Checker, value: Any, key: str) -> None:
     where it expects tables, and plain values (finite numbers, strings, booleans, lists of them)."""
     fp = c.table(value, key, optional=True)
     for name, v in c.table(fp.get("software"), f"{key}.software", optional=True).items():
-        c.string(v, f"{key}.software.{name}", optional=True)
+        if name == "packages":  # {distribution: version} of what the measured code imports
+            for dist, version in c.table(v, f"{key}.software.packages").items():
+                c.string(version, f"{key}.software.packages[{dist!r}]")
+        else:
+            c.string(v, f"{key}.software.{name}", optional=True)
     _plain_fields(c, c.table(fp.get("cpu"), f"{key}.cpu", optional=True), f"{key}.cpu")
     for i, gpu in enumerate(c.list(fp.get("gpus"), f"{key}.gpus", optional=True)):
         _plain_fields(c, c.table(gpu, f"{key}.gpus[{i}]"), f"{key}.gpus[{i}]")
