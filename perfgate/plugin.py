@@ -10,7 +10,8 @@ Reliability (docs/reliability.md): bad input (a malformed baseline for this hard
 an expert file that is not GGUF, a bad option) stops the session before anything runs,
 with one message naming the file and the fix; SIGTERM becomes an interrupt, so results
 so far are saved and marked ``interrupted`` and no baseline is refreshed from a partial
-run; long sweeps print a progress line with an estimate of the time left; a machine found
+run, and from the session's finish until perfgate's report (naming what a refresh wrote) is printed,
+SIGINT and SIGTERM wait; long sweeps print a progress line with an estimate of the time left; a machine found
 busy before the session (machine.preflight) or while a test measured (machine.load_watch)
 labels the numbers tainted instead of gating them.
 """
@@ -20,6 +21,7 @@ import contextlib
 import difflib
 import re
 import signal
+import sys
 import threading
 
 import pytest
@@ -49,6 +51,7 @@ _PROP = "perfgate.store.results"
 _ATTACH = "perfgate.attachments"
 _PERF_TEST = "perfgate.perf_test"  # marks a test that uses the perf fixture, for the controller
 _RESULTS = pytest.StashKey[list]()
+_HOLD = pytest.StashKey[interrupts.Hold]()  # SIGINT/SIGTERM wait from the session's finish to its report
 _TAINT = pytest.StashKey[list]()  # why this test's numbers were measured on a busy machine (load_watch)
 
 
@@ -99,6 +102,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    _release_signals(config, lambda text: print(f"perfgate: {text}", file=sys.stderr))  # no terminal summary ran
     state = config.stash.get(_STATE, None)
     if state is not None and state.old_sigterm is not None and threading.current_thread() is threading.main_thread():
         with contextlib.suppress(ValueError, TypeError):
@@ -340,10 +344,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         session.config.pluginmanager.register(_Collector(session.config), "perfgate-collector")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput"):
         return
+    # From here until perfgate's report is printed, SIGINT/SIGTERM wait (_release_signals): whoever writes
+    # a committed baseline must say so, and a Ctrl-C landing in another plugin's hook stopped the report.
+    config.stash[_HOLD] = interrupts.Hold().start()
     state = config.stash[_STATE]
     # Ctrl-C, SIGTERM (turned into KeyboardInterrupt above) or an xdist shutdown: a partial run.
     state.interrupted = state.interrupted or exitstatus == pytest.ExitCode.INTERRUPTED
@@ -356,11 +364,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             state.refresh_failed = True
             _refresh_failed(session)
         return
-    with interrupts.held_signals() as held:
-        outputs.write_outputs(config, state)
-    if held:
-        note = f"signal {', '.join(map(str, held))} arrived while results were being written; they were completed first"
-        state.save_note = f"{state.save_note}; {note}" if state.save_note else note
+    outputs.write_outputs(config, state)
     if state.refresh_failed:
         _refresh_failed(session)
 
@@ -385,9 +389,28 @@ def _judged_with(settings, hardware_id: str) -> str:
     return where
 
 
+def _release_signals(config: pytest.Config, say) -> None:
+    """End the hold that pytest_sessionfinish started; say which signals waited for the results."""
+    hold = config.stash.get(_HOLD, None)
+    if hold is None or not hold.holding:
+        return
+    held = hold.release()
+    if held:
+        names = ", ".join(sorted({signal.Signals(s).name for s in held}))
+        say(f"{names} arrived while results were being written and reported; they were completed first")
+
+
+@pytest.hookimpl(tryfirst=True)  # first of the plugins' summaries: no other plugin's runs while signals wait
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return
+    try:
+        _summary(terminalreporter, config)
+    finally:
+        _release_signals(config, terminalreporter.write_line)
+
+
+def _summary(terminalreporter, config: pytest.Config) -> None:
     state = config.stash[_STATE]
     if not state.results and not state.skipped_by_budget:
         if state.refresh_note:

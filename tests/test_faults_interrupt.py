@@ -277,5 +277,129 @@ def test_ratio(perf):
     res.assert_outcomes(passed=1)
     doc = json.loads((pytester.path / "r.json").read_text())
     assert [r["test_id"] for r in doc["results"]] == ["test_x.py::test_ratio"]
-    res.stdout.fnmatch_lines([f"*signal {int(signal.SIGINT)} arrived while results were being written; "
-                              f"they were completed first*"])
+    res.stdout.fnmatch_lines(["*SIGINT arrived while results were being written and reported; they were "
+                              "completed first*"])
+
+
+# ---------------------------------------------------------------- issue 49: a Ctrl-C as a refresh finishes
+
+FINISH_CONFTEST = """
+import os, signal, time
+import pytest
+import perfgate.store.atomic as atomic
+import perfgate.store.baseline_writer as writer
+
+AT = os.environ["PERFGATE_TEST_SIGINT_AT"]
+
+
+def sigint(where):
+    if AT == where:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # a real SIGINT, delivered here
+
+
+_write_baselines, _write_all = writer.write_baselines, atomic._write_all
+
+
+def write_baselines(*args, **kwargs):
+    sigint("before the write")
+    written = _write_baselines(*args, **kwargs)
+    sigint("after the write")
+    return written
+
+
+def write_all(fd, data):  # each file of the write, .prev first: between its bytes and its rename
+    sigint("during the write")
+    _write_all(fd, data)
+
+
+writer.write_baselines, atomic._write_all = write_baselines, write_all
+
+
+class Before:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_terminal_summary(self):
+        sigint("in another plugin's summary, before perfgate's")
+
+
+class After:
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self):
+        sigint("in another plugin's summary, after perfgate's")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Before())
+    config.pluginmanager.register(After())
+"""
+POINTS = ["before the write", "during the write", "after the write", "in another plugin's summary, before perfgate's",
+          "in another plugin's summary, after perfgate's"]
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(root), *args],
+                          check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_sigint_as_a_perf_refresh_finishes_never_hides_what_was_written(pytester, monkeypatch, point):
+    # The issue's reproduction: SIGINT the moment the committed baseline changed; the KeyboardInterrupt
+    # landed in another plugin's terminal summary and perfgate's report never printed. Now SIGINT/SIGTERM
+    # wait from perfgate's sessionfinish until its report is out, at every point of the finish.
+    pytester.makeconftest(FINISH_CONFTEST)
+    pytester.makepyfile(test_x=PARALLEL.format(name="x"))
+    store = BaselineStore(pytester.path / "baselines")
+    old = store.write(HW, "misc", {"test_x.py::test_x[0]": {"speedup": entry(1.0)}})
+    _git(pytester.path, "init", "-q")
+    _git(pytester.path, "add", "-A")
+    _git(pytester.path, "commit", "-q", "-m", "old baselines")
+    monkeypatch.setenv("PERFGATE_TEST_SIGINT_AT", point)
+    res = pytester.runpytest_subprocess(f"--perf-hardware-id={HW}", "--perf-refresh", "-p", "no:cacheprovider")
+    out = res.stdout.str()
+    assert f"refreshed baselines: {old}" in out, out  # perfgate's report, naming what was written
+    entries = json.loads(old.read_text())["entries"]  # complete: every test of the run, the old one replaced
+    assert sorted(entries) == [f"test_x.py::test_x[{i}]" for i in range(3)], out
+    if point != POINTS[-1]:  # after perfgate's report, a Ctrl-C is the other plugin's and pytest's to report
+        assert res.ret == 0, out
+        assert "SIGINT arrived while results were being written and reported; they were completed first" in out
+    # nothing perfgate wrote or left is untracked noise: the lock file, .prev and temp files are ignored
+    # (pytester's own files beside them are not perfgate's)
+    assert _git(pytester.path, "status", "--porcelain", "--untracked-files=all", "--", "baselines").splitlines() \
+        == [f" M baselines/{HW}/misc.json"]
+
+
+KILLED_WRITER = """
+import os, signal, sys
+import perfgate.store.atomic as atomic
+from perfgate.judge.metrics import summarize
+from perfgate.store.baselines import BaselineEntry, BaselineStore
+
+def killed(fd, data):  # kill -9 half way through the .prev copy: no cleanup runs
+    os.write(fd, data[: len(data) // 2])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+atomic._write_all = killed
+e = BaselineEntry(unit="x", better="higher", summary=summarize([3.0] * 5), tol=0.1, provenance="measured")
+BaselineStore(sys.argv[1]).write("{hw}", "misc", {{"test_new": {{"speedup": e}}}})
+"""
+
+
+def test_a_write_killed_during_the_prev_copy_leaves_no_noise_and_the_next_write_cleans_up(tmp_path):
+    store = BaselineStore(tmp_path / "baselines")
+    path = store.write(HW, "misc", {"test_old": {"speedup": entry(2.0)}})
+    committed = path.read_bytes()
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "old")
+    script = tmp_path.parent / f"{tmp_path.name}-killed.py"  # outside the tree under test
+    script.write_text(KILLED_WRITER.format(hw=HW))
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "baselines")], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    left = sorted(p.name for p in path.parent.glob(".*.tmp"))
+    assert len(left) == 1 and left[0].startswith(".misc.json.prev."), left  # what the issue found
+    assert path.read_bytes() == committed
+    assert _git(tmp_path, "status", "--porcelain", "--untracked-files=all") == ""  # ignored, not noise
+    store.write(HW, "misc", {"test_new": {"speedup": entry(3.0)}})  # the next write cleans it
+    assert sorted(p.name for p in path.parent.glob(".*.tmp")) == []
+    assert sorted(p.name for p in path.parent.iterdir()) == [".gitignore", "misc.json", "misc.json.lock",
+                                                             "misc.json.prev"]

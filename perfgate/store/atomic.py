@@ -1,7 +1,8 @@
 """Crash-safe file writes: a reader sees the old file or the complete new one, never half.
 
 Two forms. :func:`write_json_atomic` (and :func:`write_bytes_atomic`) write a results file at a path the
-user named.
+user named; the temporary file names its writer's pid, and the next write of the path removes those of
+writers that no longer run (a SIGKILL skips every cleanup).
 :func:`replace_in` writes a baseline file (or its ``.prev``) inside a folder already opened
 without following links (perfgate.store.safe_paths.writable_folder): the new file is created
 with O_EXCL|O_NOFOLLOW, so nothing planted at a temporary name is written through, and it
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import tempfile
 from pathlib import Path
@@ -40,11 +42,35 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_bytes_atomic(path, json_bytes(data, finite=False))  # results: their readers check every number
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale_temp_files(path: Path) -> None:
+    """Remove the temporary files (``.<name>.<pid>.<random>.tmp``) that earlier writes of ``path`` left
+    when their process was killed (SIGKILL skips every cleanup): a process that no longer runs is not
+    writing them. A temp file of a live process (a concurrent write) is left alone."""
+    stale = re.compile(rf"\.{re.escape(path.name)}\.(\d+)\.[^/]+\.tmp")
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(path.parent):
+            m = stale.fullmatch(entry)
+            if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    os.unlink(path.parent / entry)
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     """Write ``data`` to a temp file in the same folder, fsync it, then rename over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_stale_temp_files(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         try:
             _write_all(fd, data)

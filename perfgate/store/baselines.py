@@ -3,15 +3,20 @@
 Layout: ``<root>/<hardware-id>/<area>.json``. Files are schema-versioned, written
 atomically under a file lock (xdist workers and concurrent refreshes never lose
 entries) without following links, and the previous version is kept as ``<area>.json.prev``
-so a refresh can be undone. What may be written (finite numbers, no planted bugs, one
-workload...) is decided before, in perfgate.store.baseline_writer. Reading a malformed file
-fails with the path and the fix, never a traceback.
+so a refresh can be undone. Nothing else a write leaves is noise in the user's tree: the id
+folder gets a .gitignore (where it has none) for the lock files, the ``.prev`` copies and
+temporary files, and a write removes the temporary files a killed earlier write of its file
+left. What may be written (finite numbers, no planted bugs, one workload...) is decided
+before, in perfgate.store.baseline_writer. Reading a malformed file fails with the path and
+the fix, never a traceback.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -141,6 +146,37 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
+# The id folder's own .gitignore, written where the folder has none: what perfgate leaves beside a
+# baseline (the area's lock file, the ``.prev`` backup, a temporary file of a write that was killed)
+# is never untracked noise in a user's tree, and never committed by `git add -A`. It ignores itself,
+# so it is no noise either.
+GITIGNORE = ("# written by perfgate: its lock files, the backups of replaced baselines and the temporary files of\n"
+             "# unfinished writes are not baselines (this file ignores itself too)\n"
+             ".gitignore\n*.json.lock\n*.json.prev\n.*.tmp\n").encode()
+
+
+def _ignore_own_files(folder: int) -> None:
+    """Write the id folder's .gitignore (:data:`GITIGNORE`) unless it has one: a user's own stays as it is."""
+    try:
+        os.stat(".gitignore", dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        replace_in(folder, ".gitignore", GITIGNORE)
+
+
+def _remove_stale_temp_files(folder: int, name: str) -> list[str]:
+    """Remove the temporary files of earlier writes of ``name`` (and of its ``.prev``) that never finished
+    (a writer killed with SIGKILL skips every cleanup: a 1.4 MB ``.collectives.json.prev.<hex>.tmp`` stayed
+    beside the baseline for good). Called under ``name``'s lock, so none of them is being written."""
+    stale = re.compile(rf"\.{re.escape(name)}(\.prev)?\.[0-9a-f]{{12}}\.tmp")
+    removed = []
+    for entry in os.listdir(folder):
+        if stale.fullmatch(entry):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry, dir_fd=folder)
+                removed.append(entry)
+    return removed
+
+
 class BaselineStore:
     def __init__(self, root: Path, *, lock_timeout_s: float = locks.LOCK_TIMEOUT_S):
         self.root = Path(root)
@@ -209,32 +245,40 @@ class BaselineStore:
         path = self.path(hardware_id, area)
         for suffix, what in ((".lock", "lock file"), (".prev", "backup file")):
             inside_root(self.root, Path(str(path) + suffix), what=what)  # a link out of the tree: say so
-        with writable_folder(self.root, hardware_id) as folder, \
-                locks.exclusive(folder, path.name + ".lock", shown=Path(str(path) + ".lock"),
-                                timeout_s=self.lock_timeout_s):
-            self._cache.pop(path, None)
-            if path.is_symlink():  # in the tree (a link out of it was refused above): still not ours to follow
-                raise PathError(f"baseline file: {path} is a symbolic link (to {os.readlink(path)}); perfgate "
-                                f"never writes through one: replace it with the file (`git checkout`) or remove it")
-            current = read_in(folder, path.name)
-            old = self._read(path) if current is not None else {}
-            kept: dict[str, dict] = {} if replace else {t: dict(m) for t, m in old.get("entries", {}).items()}
-            for test, metrics in entries.items():  # an entry written now is measured on ``fingerprint``
-                for m in metrics:
-                    kept.get(test, {}).pop(m, None)
-            merged, table, default = machines_of_kept(kept, old, fingerprint)
-            for test, metrics in entries.items():
-                merged.setdefault(test, {}).update({m: e.to_dict() for m, e in metrics.items()})
-            doc = {"schema_version": SCHEMA_VERSION, "kind": KIND, "hardware_id": hardware_id, "area": area,
-                   "updated": now_iso(), "fingerprint": default,
-                   **({"fingerprints": table} if table else {}),
-                   "entries": dict(sorted((t, m) for t, m in merged.items() if m))}
-            # never write what the reader would refuse (the writer's checks should have said which number first)
-            check_baseline_document(Checker(path, fix="this is a bug in the writer's checks: nothing was written",
-                                            error=BaselineError), doc)
-            data = json_bytes(doc)
-            if current is not None:
-                replace_in(folder, path.name + ".prev", current)
-            replace_in(folder, path.name, data)
-            self._cache.pop(path, None)
-            return path
+        with writable_folder(self.root, hardware_id) as folder:
+            _ignore_own_files(folder)
+            with locks.exclusive(folder, path.name + ".lock", shown=Path(str(path) + ".lock"),
+                                 timeout_s=self.lock_timeout_s):
+                _remove_stale_temp_files(folder, path.name)  # under the lock: no writer of this area is mid-write
+                return self._write_locked(folder, path, hardware_id, area, entries, fingerprint, replace)
+
+    def _write_locked(self, folder: int, path: Path, hardware_id: str, area: str,
+                      entries: dict[str, dict[str, BaselineEntry]], fingerprint: dict[str, Any] | None,
+                      replace: bool) -> Path:
+        """The body of :meth:`write`, under the area's lock, in the open id folder ``folder``."""
+        self._cache.pop(path, None)
+        if path.is_symlink():  # in the tree (a link out of it was refused above): still not ours to follow
+            raise PathError(f"baseline file: {path} is a symbolic link (to {os.readlink(path)}); perfgate "
+                            f"never writes through one: replace it with the file (`git checkout`) or remove it")
+        current = read_in(folder, path.name)
+        old = self._read(path) if current is not None else {}
+        kept: dict[str, dict] = {} if replace else {t: dict(m) for t, m in old.get("entries", {}).items()}
+        for test, metrics in entries.items():  # an entry written now is measured on ``fingerprint``
+            for m in metrics:
+                kept.get(test, {}).pop(m, None)
+        merged, table, default = machines_of_kept(kept, old, fingerprint)
+        for test, metrics in entries.items():
+            merged.setdefault(test, {}).update({m: e.to_dict() for m, e in metrics.items()})
+        doc = {"schema_version": SCHEMA_VERSION, "kind": KIND, "hardware_id": hardware_id, "area": area,
+               "updated": now_iso(), "fingerprint": default,
+               **({"fingerprints": table} if table else {}),
+               "entries": dict(sorted((t, m) for t, m in merged.items() if m))}
+        # never write what the reader would refuse (the writer's checks should have said which number first)
+        check_baseline_document(Checker(path, fix="this is a bug in the writer's checks: nothing was written",
+                                        error=BaselineError), doc)
+        data = json_bytes(doc)
+        if current is not None:
+            replace_in(folder, path.name + ".prev", current)
+        replace_in(folder, path.name, data)
+        self._cache.pop(path, None)
+        return path

@@ -50,18 +50,45 @@ def set_handlers(handlers: dict) -> dict:
     return old
 
 
+class Hold:
+    """SIGINT and SIGTERM collected, not acted on, from :meth:`start` until :meth:`release` returns them.
+
+    For a hold that spans hooks: a pytest session holds them from the start of its own
+    ``pytest_sessionfinish`` (before any file is written) until its report, naming what was
+    written, is printed; a KeyboardInterrupt in between used to land in another plugin's terminal
+    summary, so a refreshed committed baseline went unreported (issue 49). Off the main thread
+    (where handlers cannot be set) it holds nothing."""
+
+    def __init__(self):
+        self.got: list[int] = []
+        self._old: dict | None = None
+
+    def start(self) -> "Hold":
+        if self._old is None and threading.current_thread() is threading.main_thread():
+            self._old = set_handlers({sig: lambda signum, frame: self.got.append(signum)
+                                      for sig in (signal.SIGINT, signal.SIGTERM)})
+        return self
+
+    @property
+    def holding(self) -> bool:
+        return self._old is not None
+
+    def release(self) -> list[int]:
+        """The handlers as they were before :meth:`start`; the signals that arrived meanwhile."""
+        if self._old is not None:
+            set_handlers(self._old)
+            self._old = None
+        return list(self.got)
+
+
 @contextlib.contextmanager
 def held_signals() -> Iterator[list[int]]:
     """SIGINT and SIGTERM that arrive inside the block are collected, not acted on, until it ends."""
-    if threading.current_thread() is not threading.main_thread():
-        yield []
-        return
-    got: list[int] = []
-    old = set_handlers({sig: lambda signum, frame: got.append(signum) for sig in (signal.SIGINT, signal.SIGTERM)})
+    hold = Hold().start()
     try:
-        yield got
+        yield hold.got
     finally:
-        set_handlers(old)
+        hold.release()
 
 
 @contextlib.contextmanager
