@@ -39,11 +39,13 @@ class Profile:
     mix: PhaseMix
     warmup_steps: int = 2
     measured_steps: int = 7
+    assumed_gb_s: float = 0.1  # a slow link under load: sets the hang budget only (step.PlacementSpec)
 
 
 CPU = Profile("cpu", "gloo", MeshLayout(8, tp=2, pp=2, dp=2), PhaseMix(hidden=256, tokens=64, layers=2, microbatches=4))
 GPU = Profile("gpu", "nccl", MeshLayout(8, tp=2, pp=2, dp=2),
-              PhaseMix(hidden=4096, tokens=512, layers=2, microbatches=4, dtype="bfloat16"), measured_steps=10)
+              PhaseMix(hidden=4096, tokens=512, layers=2, microbatches=4, dtype="bfloat16"), measured_steps=10,
+              assumed_gb_s=1.0)
 PROFILES = {"cpu": CPU, "gpu": GPU}
 
 
@@ -78,7 +80,8 @@ def cases(profile: Profile) -> list[Case]:
     key = f"gloo-{layout.world_size}rank" if cpu else f"nccl-{layout.world_size}gpu"
     marks = ("cpu",) if cpu else (f"{layout.world_size}gpu",)
     bad = tp_on_slowest_link(layout, links)
-    spec = PlacementSpec(((DEFAULT, layout), (BAD, bad)), profile.mix, profile.warmup_steps, profile.measured_steps)
+    spec = PlacementSpec(((DEFAULT, layout), (BAD, bad)), profile.mix, profile.warmup_steps, profile.measured_steps,
+                         assumed_gb_s=profile.assumed_gb_s)
     only = None if cpu else one_link_class(links, layout.world_size)
     skip = {BAD: (f"every pair of the first {layout.world_size} GPUs is linked by {only}: no placement puts TP "
                   f"on a slower link than the default") if only else None}

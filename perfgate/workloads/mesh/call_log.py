@@ -34,7 +34,7 @@ class GroupCallLog(CollectiveLog):
         self.bytes: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace in ("c10d",):
+        if func.namespace == "c10d":  # the functional collectives name their group by string: not used here
             group = self._group_name(func, args, kwargs or {})
             if group is not None:
                 self.calls[group] += 1
