@@ -29,6 +29,7 @@ import pytest
 from perfgate import benchmark_bridge
 from perfgate.judge.config import ConfigError
 from perfgate.judge.gate import evaluate
+from perfgate.judge.policy import load_moves
 from perfgate.judge.verdict import MIN_SAMPLES_TO_DECIDE, Outcome, fails
 from perfgate.machine import hardware, suite_packages
 from perfgate.machine.hardware_id import HardwareIdError
@@ -53,6 +54,7 @@ _PERF_TEST = "perfgate.perf_test"  # marks a test that uses the perf fixture, fo
 _RESULTS = pytest.StashKey[list]()
 _HOLD = pytest.StashKey[interrupts.Hold]()  # SIGINT/SIGTERM wait from the session's finish to its report
 _TAINT = pytest.StashKey[list]()  # why this test's numbers were measured on a busy machine (load_watch)
+_FOREIGN = pytest.StashKey[object]()  # cores others took while they were measured (float), or None
 
 
 _PACKAGES = "perfgate.packages"  # what the suite's test modules import, for the controller's results file
@@ -88,7 +90,7 @@ def pytest_configure(config: pytest.Config) -> None:
         state.started_wall = handed.get("started_wall", state.started_wall)
         state.tainted = list(handed.get("tainted", []))
         return
-    if state.policy.preflight(config.getoption("--perf-preflight")):
+    if state.policy.preflight(config.getoption("--perf-preflight"), lambda: hardware.gpu_count() > 0):
         from perfgate.machine import preflight
 
         state.tainted = list(preflight.taint_reasons())
@@ -169,16 +171,23 @@ def runs(request: pytest.FixtureRequest) -> RunCache:
     return request.config.stash[_STATE].runs
 
 
-def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool, watched: list[str]) -> list[MetricResult]:
-    """``watched``: why the machine was busy while this test measured (load_watch), beside the preflight's."""
+def _busiest(*taken: float | None) -> float | None:
+    """The most CPU others took in any of the windows that measured a test (None: none was judged)."""
+    return max((t for t in taken if t is not None), default=None)
+
+
+def _evaluate(state: PerfState, rec: PerfRecorder, pooled: bool, watched: list[str],
+              foreign_cores: float | None = None) -> list[MetricResult]:
+    """``watched``: why the machine was busy while this test measured (load_watch), beside the preflight's;
+    ``foreign_cores``: how busy (the cores others took in the busiest window), for the load bound."""
     tainted = state.tainted + [r for r in watched if r not in state.tainted]
     out = []
-    context = state.context(tainted)
+    context = state.context(tainted, foreign_cores)
     for name, metric in rec.metrics.items():
         choice = state.chooser.choose(rec.test_id, name, dependency=metric.dependency)
         r = evaluate(rec.test_id, metric, choice, context, samples=rec.pooled(name) if pooled else None,
                      attempts=len(rec.attempts), workload=rec.workload)
-        if state.allow_tainted and tainted:
+        if state.allow_tainted and tainted and load_moves(metric.dependency):
             r.tainted = list(tainted)  # gated as asked, still labelled (and kept out of refreshes)
         out.append(r)
     return out
@@ -226,12 +235,13 @@ def _judge(item: pytest.Item, state: PerfState):
             result = yield
     finally:  # also when the body failed after recording: makereport judges what it kept
         item.stash[_TAINT] = window.reasons + state.runs.taint_of(item.nodeid)
+        item.stash[_FOREIGN] = _busiest(window.foreign_cores, state.runs.foreign_cores_of(item.nodeid))
     rec = _recorder(item)
     if not isinstance(rec, PerfRecorder) or not rec.metrics:
         return result
     try:
-        watched = item.stash[_TAINT]
-        evaluated = _evaluate(state, rec, pooled=False, watched=watched)
+        watched, foreign = item.stash[_TAINT], item.stash[_FOREIGN]
+        evaluated = _evaluate(state, rec, pooled=False, watched=watched, foreign_cores=foreign)
         attempt = 0
         while any(_suspect(r) for r in evaluated) and (
                 attempt < state.settings.retries
@@ -242,10 +252,12 @@ def _judge(item: pytest.Item, state: PerfState):
             with state.watch.window() as window:
                 item.runtest()  # re-measure: the same test body, a fresh set of samples
             again = window.reasons + state.runs.taint_of(item.nodeid)
-            evaluated = _evaluate(state, rec, pooled=False, watched=again)
+            busy_again = _busiest(window.foreign_cores, state.runs.foreign_cores_of(item.nodeid))
+            evaluated = _evaluate(state, rec, pooled=False, watched=again, foreign_cores=busy_again)
             watched = watched + [r for r in again if r not in watched]
-        if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:
-            evaluated = _evaluate(state, rec, pooled=True, watched=watched)  # every attempt's samples
+            foreign = _busiest(foreign, busy_again)
+        if any(_suspect(r) for r in evaluated) and len(rec.attempts) > 1:  # every attempt's samples
+            evaluated = _evaluate(state, rec, pooled=True, watched=watched, foreign_cores=foreign)
     except (BaselineError, ValueError) as exc:
         _fail([f"perfgate could not compare: {exc}"])
     item.stash[_RESULTS] = evaluated
@@ -268,7 +280,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             # The test body failed after recording: keep what it measured, marked unjudged.
             state = item.config.stash[_STATE]
             try:
-                evaluated = _evaluate(state, rec, pooled=False, watched=item.stash.get(_TAINT, []))
+                evaluated = _evaluate(state, rec, pooled=False, watched=item.stash.get(_TAINT, []),
+                                      foreign_cores=item.stash.get(_FOREIGN, None))
             except (BaselineError, ValueError):
                 evaluated = None
         if evaluated:

@@ -19,7 +19,8 @@ read, so that ``pytest -k 'one case'`` launches that case and not its whole job.
 Taint: each producer call runs in a window of the session's LoadWatch (perfgate.machine.
 load_watch), and the reasons found there (a foreign job busy while the launch measured) stay
 with the entries it made; :meth:`RunCache.taint_of` gives a test the reasons of every entry
-it read, whether it produced them or read them from an earlier test's launch.
+it read, whether it produced them or read them from an earlier test's launch, and
+:meth:`RunCache.foreign_cores_of` how much CPU others took in the busiest of those launches.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class RunCache:
         self._watch = watch or LoadWatch(enabled=False)
         self._entries: dict[Hashable, Any] = {}
         self._taint: dict[Hashable, list[str]] = {}
+        self._foreign: dict[Hashable, float | None] = {}  # cores others took while each entry was made
         self._used: dict[str, set[Hashable]] = {}
         self._test: str | None = None
         self.produced = 0  # calls of a producer: how many launches the session paid for
@@ -57,7 +59,7 @@ class RunCache:
             self.produced += 1
             with self._watch.window(WHILE_LAUNCH) as window:
                 value = produce()
-            self._entries[key], self._taint[key] = value, window.reasons
+            self._entries[key], self._taint[key], self._foreign[key] = value, window.reasons, window.foreign_cores
         return self._entries[key]
 
     def get_many(self, keys: Sequence[Hashable], produce: Callable[[tuple], Mapping[Hashable, Any]],
@@ -76,6 +78,7 @@ class RunCache:
                 raise RunCacheError(f"producer returned no result for {lacking!r} (asked for {missing!r})")
             self._entries.update((k, made[k]) for k in missing)
             self._taint.update((k, window.reasons) for k in missing)
+            self._foreign.update((k, window.foreign_cores) for k in missing)
         return [self._entries[k] for k in keys]
 
     def used_by(self, test_id: str) -> frozenset:
@@ -85,10 +88,17 @@ class RunCache:
         """Why the entries ``test_id`` read were measured on a busy machine (empty: quiet)."""
         return sorted({reason for key in self._used.get(test_id, ()) for reason in self._taint.get(key, ())})
 
+    def foreign_cores_of(self, test_id: str) -> float | None:
+        """The most CPU, in cores, that others took while the entries ``test_id`` read were measured;
+        None where no launch of them was watched long enough to say."""
+        taken = [c for key in self._used.get(test_id, ()) if (c := self._foreign.get(key)) is not None]
+        return max(taken, default=None)
+
     def invalidate(self, test_id: str) -> frozenset:
         """Drop the entries ``test_id`` read, before it is re-measured; returns their keys."""
         keys = frozenset(self._used.pop(test_id, ()))
         for key in keys:
             self._entries.pop(key, None)
             self._taint.pop(key, None)
+            self._foreign.pop(key, None)
         return keys

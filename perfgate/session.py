@@ -15,6 +15,7 @@ import pytest
 from perfgate.judge.baseline_choice import BaselineChooser
 from perfgate.judge.config import ConfigError, load_settings
 from perfgate.judge.gate import Context
+from perfgate.judge.load_bound import ForeignLoad
 from perfgate.judge.policy import GatePolicy
 from perfgate.machine import hardware
 from perfgate.machine.hardware_id import resolve_hardware_id
@@ -89,11 +90,14 @@ class PerfState:
     def spent_s(self) -> float:
         return time.time() - self.started_wall
 
-    def context(self, tainted: list[str] | None = None) -> Context:
+    def context(self, tainted: list[str] | None = None, foreign_cores: float | None = None) -> Context:
         """What every metric of this session is judged with: ``tainted`` (default: the preflight's
         reasons) makes metrics not gated unless --perf-allow-tainted (then gated anyway, the plugin
-        still labels the results)."""
+        still labels the results). ``foreign_cores``: the CPU others took while the metrics were
+        measured (load_watch), which bounds what the load explains (judge.load_bound) where the load
+        watch alone tainted them; after a preflight taint (a GPU, memory: not CPU alone) nothing does."""
         reasons = self.tainted if tainted is None else tainted
-        return Context(self.settings, self.policy, () if self.allow_tainted else tuple(reasons))
+        load = None if foreign_cores is None or self.tainted else ForeignLoad(self.watch.cores, foreign_cores)
+        return Context(self.settings, self.policy, () if self.allow_tainted else tuple(reasons), load)
 
 

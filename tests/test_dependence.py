@@ -205,8 +205,15 @@ def test_the_policy_gates_by_dependency_mode_record_only_and_taint():
     noisy = Settings(baselines=Path("."), record_only={"perf/s/*@slo_*": "moves by whole requests"})
     assert not GatePolicy.of("1xH200", noisy).gates("perf/s/t.py::a", "slo_ok", "family")
     assert GatePolicy.of("1xH200", noisy).gates("perf/s/t.py::a", "tok_s", "host")
-    assert (gpu.preflight("auto"), cpu.preflight("auto"), cpu.preflight("on"), gpu.preflight("off")) == \
-        (True, False, True, False)
+    with_gpus, without = (lambda: True), (lambda: False)
+    assert (gpu.preflight("auto", with_gpus), cpu.preflight("auto", without), cpu.preflight("on", without),
+            gpu.preflight("off", with_gpus)) == (True, False, True, False)
+    # the machine decides, not the id's spelling: a custom id on a CPU box gets no GPU preflight (issue 47)
+    assert GatePolicy("test-box").preflight("auto", without) is False
+    assert GatePolicy("cpu-looking-id").preflight("auto", with_gpus) is True
+    # a busy machine voids what load moves, never exact counts or structural figures (depends "nothing")
+    assert gpu.gates("t", "m", "nothing", tainted=True) and cpu.gates("t", "m", "nothing", tainted=True)
+    assert not cpu.gates("t", "m", "family", tainted=True) and not gpu.gates("t", "m", "device", tainted=True)
     assert cpu.recorded_only_note() == "not gated on cpu-*" and gpu.recorded_only_note() == "not gated on this machine"
     with pytest.raises(ValueError, match="gate must be one of"):
         GatePolicy("1xH200", "some")

@@ -744,19 +744,18 @@ def test_perf_refresh_from_a_folder_that_cannot_name_an_area(pytester):
 
 
 @pytest.mark.skipif(hardware.gpu_count() > 0, reason="the case is a CPU machine with a custom id")
-def test_custom_id_on_a_cpu_machine_taints_everything_and_says_so(project):
-    # --perf-preflight auto turns the check on for ids that do not start with cpu-; on a busy
-    # CPU machine every result is then tainted. Two real burners make the machine busy.
+def test_custom_id_on_a_cpu_machine_refreshes_beside_busy_processes(project):
+    """Issue 47: `--perf-hardware-id test-box --perf-refresh` on a CPU box ran the GPU machine's preflight
+    (the id does not start with cpu-), which found a shared box busy, tainted every metric and wrote
+    nothing. The machine decides now: no GPU, no preflight, whatever the id. Two real burners make the
+    box as busy as the preflight's limit (half the cores) would have refused."""
     burners = start_detached_burners(2)
     try:
         res = project.runpytest("--perf-hardware-id=lab-B", "--perf-refresh", "-p", "no:cacheprovider")
     finally:
         for pid in burners:
             os.kill(pid, signal.SIGKILL)
-    assert res.ret == pytest.ExitCode.TESTS_FAILED
     text = res.stdout.str()
-    assert "perfgate: --perf-refresh wrote nothing: all 1 metric(s) are tainted (" in text, text
-    assert ("The preflight check ran because hardware id 'lab-B' does not start with 'cpu-' (--perf-preflight auto "
-            "treats it as a GPU machine), but this machine has no GPU: pass --perf-preflight off, or a hardware id "
-            "starting with 'cpu-'") in text
-    assert "refreshed baselines" not in text and not (project.path / "baselines").exists()
+    assert res.ret == pytest.ExitCode.OK, text
+    assert "refreshed baselines" in text and "tainted" not in text, text
+    assert list((project.path / "baselines" / "lab-B").glob("*.json")), "no baseline written for lab-B"

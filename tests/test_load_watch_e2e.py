@@ -93,7 +93,7 @@ def test_numbers_measured_beside_a_hog_are_tainted_not_regressions(project, monk
     assert got["test_launch_read_again"]["tainted"] == got["test_launch_first"]["tainted"]
     named = [t for r in got.values() for t in r["tainted"] if t.startswith("foreign processes used")]
     assert named and all("perfgate-hog" in t or t.count("(pid ") == 3 for t in named), named  # unless 3 busier
-    busy.stdout.fnmatch_lines(["*3 test(s) measured while the machine was busy, their metrics tainted and not "
+    busy.stdout.fnmatch_lines(["*3 test(s) measured while the machine was busy, their timings tainted and not "
                                "gated*", "*chunk_ms*(tainted)*"])
     # The same hogs with the watch off: the gate sees what the watch kept it from (the control).
     project.runpytest(HW, "--perf-gate=all", "--perf-preflight=off", "--perf-retries=0", "--perf-save=off.json",

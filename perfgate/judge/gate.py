@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from perfgate.judge import guard, run_noise
+from perfgate.judge import guard, load_bound, run_noise
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.config import ConfigError, Settings, floor_of
 from perfgate.judge.fingerprint_check import host_paced_note, judged_dependency, not_comparable, other_workload
 from perfgate.judge.metrics import Metric, summarize
-from perfgate.judge.policy import GatePolicy
+from perfgate.judge.policy import GatePolicy, load_moves
 from perfgate.judge.run_noise import RunSummary
 from perfgate.judge.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide, is_exact
 from perfgate.store.baselines import BaselineEntry
@@ -27,7 +27,9 @@ class Context:
 
     settings: Settings
     policy: GatePolicy
-    tainted: tuple[str, ...] = ()  # preflight's reasons; a tainted metric is not gated
+    tainted: tuple[str, ...] = ()  # why the machine was busy; voids what load moves (policy.load_moves)
+    # how busy, where only CPU load tainted (the load watch): bounds what it explains (judge.load_bound)
+    foreign_load: load_bound.ForeignLoad | None = None
 
     @classmethod
     def of(cls, settings: Settings, hardware_id: str, tainted=()) -> "Context":
@@ -126,8 +128,14 @@ def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
         if verdict.outcome is Outcome.REGRESSION and (paced := host_paced_note(metric.device_busy,
                                                                                  entry.device_busy)):
             verdict = replace(verdict, explanation=f"{verdict.explanation}; {paced}")
-    gated = context.policy.gates(test_id, metric.name, dependency, tainted=bool(context.tainted))
-    if (entry is not None and not gated and not context.tainted and not choice.fallback
+    taint = context.tainted if load_moves(dependency) else ()  # a busy machine moves no count
+    gated = context.policy.gates(test_id, metric.name, dependency, tainted=bool(taint))
+    if taint and not gated and context.policy.gates(test_id, metric.name, dependency) and metric.family != "fraction":
+        beyond = load_bound.beyond_load(verdict, context.foreign_load, current_median=summary.median,
+                                        better=metric.better, tol=tol)
+        if beyond is not None:  # worse than the measured load explains: fails, tainted or not
+            verdict, gated = beyond, True
+    if (entry is not None and not gated and not taint and not choice.fallback
             and metric.family != "fraction" and verdict.outcome is not Outcome.NOT_COMPARABLE):
         tripped = guard.check(settings.gross_change, test_id, metric.name, entry, summary.median, tol=tol,
                               context=diff.context if diff else None, unverified=diff.unverified if diff else None)
@@ -141,5 +149,5 @@ def evaluate(test_id: str, metric: Metric, choice: Choice, context: Context, *,
     return MetricResult(test_id=test_id, area=area_of(test_id), metric=metric.name, unit=metric.unit,
                         better=metric.better, tol=tol, gated=gated, summary=summary, verdict=verdict.to_dict(),
                         baseline=base, attempts=attempts, rerun=f"pytest '{test_id}'",
-                        tainted=list(context.tainted), workload=workload, depends=metric.depends,
+                        tainted=list(taint), workload=workload, depends=metric.depends,
                         device_busy=metric.device_busy, declared_tol=metric.tol, floor=metric.floor)

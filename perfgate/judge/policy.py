@@ -5,19 +5,34 @@ noise is wider than any useful tolerance (they are recorded, and the gross-chang
 fails a change no noise explains). Figures that depend on no machine (exact counts) or only on
 its family (ratios measured inside one run) are gated everywhere. ``gate`` (``[tool.perfgate]
 gate``, ``--perf-gate``) and a machine's ``[record_only]`` table adjust that; a busy machine
-(preflight taint) gates nothing. The preflight check itself defaults to on where absolute
-figures are gated by default (GPU ids). The plugin, ``perfgate compare``, the reports and the
-refresh hints ask this module; none spells the rule again.
+(taint: the preflight check, or the load watch while measuring) gates only what load cannot move:
+exact counts and structural figures (``depends="nothing"``: parameter-count ratios, seeded routing
+loads), and a tainted figure worse than its load explains still fails (perfgate.judge.load_bound).
+The preflight check itself defaults to on where the machine has
+GPUs: what the machine is, not how its id is spelled (`--perf-hardware-id test-box` on a CPU box
+is still a CPU box, issue 47). The plugin, ``perfgate compare``, the reports and the refresh hints
+ask this module; none spells the rule again.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from perfgate.judge.metrics import MACHINE_FREE
 from perfgate.judge.patterns import PatternTable
 
 GATE_MODES = ("auto", "all", "ratios")
 CPU_ID_PREFIX = "cpu-"
+# What a busy machine cannot move: figures that depend on nothing (exact counts; ratios of parameter
+# counts or of a seeded routing's loads). They are never tainted. Issue 47: a routing bug that took
+# rank_load_max_over_mean 1.03 -> 2.21 and a stage split that took stage_param_imbalance 1.01 -> 1.53
+# read `worse (tainted)` on a busy box and passed.
+LOAD_FREE = frozenset({"nothing"})
+
+
+def load_moves(dependency: str) -> bool:
+    """Whether a busy machine can move a figure that depends on ``dependency`` (so taint voids it)."""
+    return dependency not in LOAD_FREE
 
 
 def is_cpu_id(hardware_id: str) -> bool:
@@ -46,8 +61,9 @@ class GatePolicy:
         return self.mode == "all" or (self.mode == "auto" and not is_cpu_id(self.hardware_id))
 
     def gates(self, test_id: str, metric: str, dependency: str, *, tainted: bool = False) -> bool:
-        """Whether ``metric`` of ``test_id``, depending on ``dependency``, can fail its test here."""
-        if tainted:
+        """Whether ``metric`` of ``test_id``, depending on ``dependency``, can fail its test here;
+        ``tainted``: measured on a busy machine, which voids what load can move."""
+        if tainted and load_moves(dependency):
             return False
         if self.mode == "all":
             return True
@@ -55,9 +71,14 @@ class GatePolicy:
             return False
         return dependency in MACHINE_FREE or self.absolute_gated
 
-    def preflight(self, option: str) -> bool:
-        """``--perf-preflight``: on, off, or auto (on where absolute figures gate by default: GPU ids)."""
-        return option == "on" or (option == "auto" and not is_cpu_id(self.hardware_id))
+    @staticmethod
+    def preflight(option: str, machine_has_gpus: Callable[[], bool]) -> bool:
+        """``--perf-preflight``: on, off, or auto: on where the machine has GPUs. Asked of the machine
+        (``machine_has_gpus``, called only under auto: the fingerprint costs seconds), never of the id:
+        a custom id on a CPU box turned the GPU machine's check on, its foreign-CPU limit tainted all 64
+        metrics of a shared box and the refresh wrote nothing (issue 47). A CPU machine is watched while
+        it measures instead (perfgate.machine.load_watch)."""
+        return option == "on" or (option == "auto" and machine_has_gpus())
 
     def recorded_only_note(self) -> str:
         """Why a run's not-gated figures are not gated, for the verdict line."""

@@ -55,6 +55,9 @@ class Window:
     during: str
     use: CpuUse | None = None
     reasons: list[str] = field(default_factory=list)
+    # cores' worth of CPU that others took in it (foreign processes plus hypervisor steal): what a
+    # tainted figure's load bound is computed from (perfgate.judge.load_bound); None: not judged
+    foreign_cores: float | None = None
 
 
 @dataclass
@@ -91,10 +94,23 @@ class LoadWatch:
                 self._open[-1].nested = self._open[-1].nested + total
             window.use = total - frame.nested
             window.reasons = self.judge(window.use, during)
+            window.foreign_cores = self.taken_cores(window.use)
+
+    def measured(self, use: CpuUse) -> bool:
+        """Whether the window lasted long enough, and our processes worked enough in it, to have measured."""
+        return use.elapsed_s >= self.limits.min_watched_s and use.own_s >= self.limits.min_watched_s
 
     def judge(self, use: CpuUse, during: str) -> list[str]:
         """Why numbers measured in ``use`` are not comparable; empty when the machine was quiet,
         or when the window was too short, or our processes too idle in it, to have measured anything."""
-        if use.elapsed_s < self.limits.min_watched_s or use.own_s < self.limits.min_watched_s:
+        if not self.measured(use):
             return []
         return cpu_reasons(use.sample(self.cores), self.limits, during=during)
+
+    def taken_cores(self, use: CpuUse) -> float | None:
+        """Cores' worth of CPU others took in ``use``: processes not ours plus hypervisor steal; None where
+        the window measured nothing."""
+        if not self.measured(use):
+            return None
+        sample = use.sample(self.cores)
+        return sample.foreign_cores + sample.steal_fraction * sample.cores

@@ -15,7 +15,6 @@ import pytest
 from perfgate import mutations
 from perfgate.judge import outcomes
 from perfgate.judge.baseline_choice import report_notes as baseline_notes
-from perfgate.judge.policy import CPU_ID_PREFIX
 from perfgate.machine import hardware
 from perfgate.report import run_report
 from perfgate.session import PerfState
@@ -40,15 +39,9 @@ def nothing_refreshed(config: pytest.Config, state: PerfState) -> str:
     tainted = [r for r in state.results if r.tainted]
     if not tainted:
         return "perfgate: --perf-refresh wrote nothing: no metric was recorded"
-    reasons = "; ".join(sorted({t for r in tainted for t in r.tainted}))
-    why = f"perfgate: --perf-refresh wrote nothing: all {len(tainted)} metric(s) are tainted ({reasons}), and " \
-          f"tainted results never become baselines"
-    if (config.getoption("--perf-preflight") == "auto" and state.policy.preflight("auto")
-            and hardware.gpu_count() == 0):
-        return (f"{why}. The preflight check ran because hardware id {state.hardware_id!r} does not start with "
-                f"'{CPU_ID_PREFIX}' (--perf-preflight auto treats it as a GPU machine), but this machine has no "
-                f"GPU: pass --perf-preflight off, or a hardware id starting with '{CPU_ID_PREFIX}'")
-    return f"{why}; re-run on a quiet machine, or pass --perf-preflight off to skip the check"
+    why = (f"perfgate: --perf-refresh wrote nothing: all {len(tainted)} metric(s) are tainted "
+           f"({taint_summary([r.tainted for r in tainted])}), and tainted results never become baselines")
+    return f"{why}; re-run on a quiet machine, or pass --perf-preflight off to skip the checks"
 
 
 def refresh_checks(config: pytest.Config) -> Checks:
@@ -154,7 +147,26 @@ def _refresh(config: pytest.Config, state: PerfState, doc: dict) -> None:
     state.refresh_note = "; ".join(["refreshed baselines: " + ", ".join(str(p) for p in written), *left_out])
 
 
-WATCHED_NOTE_TESTS = 5  # tests named in the busy-while-measuring note; the rest are counted
+REASON_SHOWN_CHARS = 240  # of the one reason a taint summary quotes; the results file keeps them whole
+
+
+def taint_summary(reason_lists: list[list[str]]) -> str:
+    """Many taint reasons in one short clause: how many there are and the most frequent, shortened; the
+    results file keeps every result's own (``tainted``). One busy launch taints each test that reads it
+    with its own sentence (its numbers and process ids), so listing them printed one 6,000-character
+    line, or one sentence five times and "and 164 more" (issue 47)."""
+    counts: dict[str, int] = {}
+    for reasons in reason_lists:
+        for reason in dict.fromkeys(reasons):
+            counts[reason] = counts.get(reason, 0) + 1
+    if not counts:
+        return "no reason recorded"
+    top = max(counts, key=lambda r: (counts[r], r))
+    shown = top if len(top) <= REASON_SHOWN_CHARS else top[:REASON_SHOWN_CHARS - 3].rstrip() + "..."
+    if len(counts) == 1:
+        return shown
+    return (f"{len(counts)} distinct reasons, most often ({counts[top]} of {len(reason_lists)}): {shown}; every "
+            f"result's own are under 'tainted' in the results file (--perf-save)")
 
 
 def report_notes(state: PerfState) -> list[str]:
@@ -163,17 +175,13 @@ def report_notes(state: PerfState) -> list[str]:
     gate_note = "gated anyway (--perf-allow-tainted)" if state.allow_tainted else \
         "not gated (--perf-allow-tainted to gate anyway)"
     if state.tainted:
-        notes.append(f"machine tainted, metrics {gate_note}: " + "; ".join(state.tainted))
+        notes.append(f"machine tainted, metrics {gate_note}: " + taint_summary([state.tainted]))
     watched: dict[str, list[str]] = {}  # found by perfgate.machine.load_watch while a test measured
     for r in state.results:
         if any(t not in state.tainted for t in r.tainted):
             watched.setdefault(r.test_id, [t for t in r.tainted if t not in state.tainted])
     if watched:
-        named = [f"{run_report.short_id(t)}: {'; '.join(reasons)}" for t, reasons in
-                 list(watched.items())[:WATCHED_NOTE_TESTS]]
-        more = len(watched) - len(named)
-        notes.append(f"{len(watched)} test(s) measured while the machine was busy, their metrics tainted and "
-                     f"{gate_note}: " + "; ".join(named)
-                     + (f"; and {more} more (each result's reasons are in its 'tainted')" if more else ""))
+        notes.append(f"{len(watched)} test(s) measured while the machine was busy, their timings tainted and "
+                     f"{gate_note}; counts and structural ratios stay gated: " + taint_summary(list(watched.values())))
     notes.extend(baseline_notes(state.results, state.hardware_id))  # fallback baselines, fingerprint changes
     return notes
