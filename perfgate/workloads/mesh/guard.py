@@ -60,10 +60,13 @@ class OrderGuard:
         dist.all_gather_into_tensor(table, mine.to(device), group=self.group)
         rows = table.cpu().view(n, -1)
         ranks = dist.get_process_group_ranks(self.group)
-        calls = {ranks[i]: (int(row[:8].view(torch.int64)), bytes(row[8:].tolist()).rstrip(b"\0").decode(errors="replace"))
-                 for i, row in enumerate(rows)}
+        calls = {ranks[i]: (int(row[:8].view(torch.int64)), _name(row[8:])) for i, row in enumerate(rows)}
         if len(set(calls.values())) > 1:
             raise CollectiveOrderMismatch(self.name, calls)
+
+
+def _name(encoded) -> str:
+    return bytes(encoded.tolist()).rstrip(b"\0").decode(errors="replace")
 
 
 def _group_device(group):

@@ -80,7 +80,8 @@ class MeshLayout:
         return strides
 
     def coordinate(self, rank: int) -> dict[str, int]:
-        """Rank -> its coordinate along every dimension (row-major over :attr:`mesh_dims`, as DeviceMesh lays it out)."""
+        """Rank -> its coordinate along every dimension (row-major over :attr:`mesh_dims`, as DeviceMesh
+        lays it out)."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} out of range 0..{self.world_size - 1}")
         strides = self._strides()
