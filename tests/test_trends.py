@@ -213,3 +213,51 @@ def test_trends_command_lists_change_points_with_run_commit_and_p_value(tmp_path
     assert "10 runs, 2 series; 1 change point(s)" in out
     assert "256MiB" in out and "0006beef" in out and "-15.5%" in out and "worse" in out
     assert main(["trends", str(tmp_path), "-k", "1KiB", "--fail-on-worse"]) == 0
+
+
+# Issue 47: a gated ratio at 2.49 for 6 runs, then a planted 4x collective: run medians 23.2 (the first
+# run after the step, +833 %), then about 9 (the new level, +260 % by the median of the five).
+PLANTED_4X = [23.22, 8.97, 9.40, 8.60, 8.30]
+P2P = "perf/collectives/test_collectives.py::test_all_reduce[gloo-2rank-64KiB]"
+
+
+def test_a_4x_step_after_5_runs_is_a_change_point_with_the_defaults_sized_by_the_new_level(tmp_path, capsys):
+    """0 change points with the defaults before (a t-test on the raw medians, the new level's spread
+    dwarfing the old one's); the size was the first run after the step, not the new level."""
+    write_history(tmp_path, {P2P: [2.49] * 5 + PLANTED_4X}, unit="x", better="lower", metric="time_over_p2p",
+                  tol=0.5, noise=0.02)
+    (c,) = changepoints.find_change_points(series_of(tmp_path, P2P, "time_over_p2p"))
+    assert c.at == 5 and c.worse and c.p_value < changepoints.MAX_PVALUE
+    assert (c.runs_before, c.runs_after) == (5, 5)
+    assert c.after == pytest.approx(8.97, rel=0.03) and c.before == pytest.approx(2.49, rel=0.03)
+    assert c.change == pytest.approx(8.97 / 2.49 - 1, rel=0.05)  # +260 %, not +833 %
+    assert main(["trends", str(tmp_path), "--fail-on-worse"]) == 1
+    out = capsys.readouterr().out
+    assert "10 runs, 1 series; 1 change point(s)" in out and "nothing left out" in out
+    assert "+2" in out and "5/5" in out and "+833" not in out and "+832" not in out, out
+
+
+def test_runs_left_out_as_tainted_are_counted_in_the_output(tmp_path, capsys):
+    """"11 runs, 3 series; 0 change point(s)" was printed when every one of the 11 runs was tainted."""
+    write_history(tmp_path, {P2P: [2.49] * 6 + PLANTED_4X, AR.format("1KiB"): [15.0] * 11}, unit="x",
+                  better="lower", metric="time_over_p2p", tainted_runs=range(11))
+    assert main(["trends", str(tmp_path), "--fail-on-worse"]) == 0
+    out = capsys.readouterr().out
+    assert ("11 runs, 2 series; 0 change point(s)" in out and "left out: 22 tainted run median(s) (11 run(s) "
+            "tainted throughout), --include-tainted counts them; 2 series with fewer than 4 runs to compare") in out
+    assert main(["trends", str(tmp_path), "--include-tainted", "--fail-on-worse"]) == 1
+    assert "nothing left out" in capsys.readouterr().out
+
+
+def test_fail_on_worse_alarms_while_the_series_sits_at_the_worse_level(tmp_path):
+    """A change point stays in the history for good: the nightly alarm is the latest change of a series
+    being for the worse, so the job goes green again once a fix brings the level back."""
+    write_history(tmp_path, {P2P: [2.49] * 8 + [9.0] * 8}, unit="x", better="lower", metric="time_over_p2p")
+    assert main(["trends", str(tmp_path), "--fail-on-worse"]) == 1
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    write_history(fixed, {P2P: [2.49] * 8 + [9.0] * 8 + [2.49] * 8}, unit="x", better="lower",
+                  metric="time_over_p2p")
+    found = changepoints.find_change_points(series_of(fixed, P2P, "time_over_p2p"))
+    assert [(c.at, c.worse) for c in found] == [(8, True), (16, False)]
+    assert main(["trends", str(fixed), "--fail-on-worse"]) == 0

@@ -102,6 +102,9 @@ def test_nightly_selects_runners_by_label_and_fails_on_regression():
     assert upload and "results.json" in upload[0]["with"]["path"] and upload[0].get("if") == "always()"
     fail = [s for s in steps(doc) if s.get("if") == "steps.measure.outputs.rc != '0'"]
     assert fail and "exit 1" in fail[0]["run"]
+    # the trend alarm fails the job (issue 47: `perfgate report ... || true` never failed anything)
+    (trend,) = [s for s in steps(doc) if "perfgate report" in s.get("run", "")]
+    assert "--fail-on-worse" in trend["run"] and "|| true" not in trend["run"] and trend["if"] == "always()"
 
 
 def test_refresh_is_manual_and_opens_a_pull_request_with_baselines():

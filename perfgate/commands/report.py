@@ -14,7 +14,7 @@ import math
 import re
 from pathlib import Path
 
-from perfgate.commands.trends import add_detection_options, detect
+from perfgate.commands.trends import add_detection_options, add_fail_on_worse, detect, exit_status, headline
 from perfgate.report.textable import printable
 from perfgate.judge.config import load_settings
 from perfgate.report import changepoints, html_page, trends
@@ -36,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("--baselines", type=Path, help="baseline folder for the bands (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
     add_detection_options(p)
-    p.add_argument("--fail-on-worse", action="store_true", help="exit 1 when a change point for the worse is found")
+    add_fail_on_worse(p)
     p.set_defaults(func=run)
 
 
@@ -171,8 +171,9 @@ def markdown_page(history: str, runs: list[trends.Run], found: list[changepoints
     lines = [f"# perfgate trends: `{history}`", "",
              f"{len(runs)} runs from {runs[0].created} to {runs[-1].created}; hardware ids: "
              + ", ".join(sorted({r.hardware_id for r in runs})) + ".", "",
-             f"Change points (Apache Otava, E-Divisive means): the run medians before and after differ with a "
-             f"t-test p-value below {args.max_pvalue:g} and by more than {args.min_magnitude:.0%}"
+             f"Change points (Apache Otava, E-Divisive means on the logarithms of the run medians): the runs "
+             f"before and after differ with a t-test p-value below {args.max_pvalue:g}, and the medians of the two "
+             f"segments (the levels shown) by more than {args.min_magnitude:.0%}"
              + ("" if args.include_tainted else " (tainted runs left out)") + ".", "", "## Change points", ""]
     if found:
         lines += ["| hardware | test | metric | from run | before | after | change | p | direction |",
@@ -216,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
             page = out / "index.md"
             page.write_text(markdown_page(history, runs, found, pngs, args))
             print(f"wrote {page} and {len(pngs)} plot(s) in {out}")
+    print(headline(args, runs, series, found))
     for c in found:
         print(printable(("WORSE " if c.worse else "better ") + c.describe()))  # ids from files: escaped
-    return 1 if args.fail_on_worse and any(c.worse for c in found) else 0
+    return exit_status(args, found)

@@ -1,10 +1,12 @@
 """`perfgate trends HISTORY...`: where each metric's run medians changed level (Apache Otava).
 
 One series per (hardware id, test, metric) of the run medians in the history folders or
-results files; for each change point: the run and commit it starts at, the means before and
-after, the change and its p-value (perfgate.report.changepoints). Worse changes first.
-``--fail-on-worse`` exits 1 when any change is for the worse (a nightly job's alarm for a
-slow drift that no single run's gate fails).
+results files; for each change point: the run and commit it starts at, the levels before and
+after (medians of the segments on either side), the change and its p-value
+(perfgate.report.changepoints). Worse changes first; what was left out (tainted runs, series
+too short to split) is counted on the first line. ``--fail-on-worse`` exits 1 while a series'
+latest change point is for the worse (a nightly job's alarm for a change that no single run's
+gate fails, green again once the series is back).
 """
 from __future__ import annotations
 
@@ -35,8 +37,26 @@ def register(sub) -> None:
     p.add_argument("history", nargs="+", type=Path,
                    help="history folders (pytest --perf-history DIR) or results files (--perf-save)")
     add_detection_options(p)
-    p.add_argument("--fail-on-worse", action="store_true", help="exit 1 when a change for the worse is found")
+    add_fail_on_worse(p)
     p.set_defaults(func=run)
+
+
+def add_fail_on_worse(p) -> None:
+    """``--fail-on-worse``, as `perfgate trends` and `perfgate report` share it."""
+    p.add_argument("--fail-on-worse", action="store_true",
+                   help="exit 1 while a series' latest change point is for the worse (the nightly alarm)")
+
+
+def exit_status(args: argparse.Namespace, found: list[changepoints.ChangePoint]) -> int:
+    """1 under ``--fail-on-worse`` when a series sits at a worse level (changepoints.alarms), else 0."""
+    return 1 if args.fail_on_worse and changepoints.alarms(found) else 0
+
+
+def headline(args: argparse.Namespace, runs, series, found) -> str:
+    """'11 runs, 3 series; 1 change point(s) (...); left out: ...': what was judged and what was not."""
+    skipped = changepoints.left_out(series, include_tainted=args.include_tainted)
+    return (f"{len(runs)} runs, {len(series)} series; {len(found)} change point(s) (Otava on log run medians, "
+            f"p < {args.max_pvalue:g}, |change| > {args.min_magnitude:.0%}); {skipped.describe()}")
 
 
 def detect(args: argparse.Namespace) -> tuple[list[trends.Run], list[trends.Series], list[changepoints.ChangePoint]]:
@@ -55,15 +75,15 @@ def detect(args: argparse.Namespace) -> tuple[list[trends.Run], list[trends.Seri
 
 def run(args: argparse.Namespace) -> int:
     runs, series, found = detect(args)
-    print(f"{len(runs)} runs, {len(series)} series; {len(found)} change point(s) "
-          f"(Otava, p < {args.max_pvalue:g}, |change| > {args.min_magnitude:.0%})")
+    print(headline(args, runs, series, found))
     rows = [[c.series.hardware_id, short_id(c.series.test_id), c.series.metric, c.point.created[:16].replace("T", " "),
-             (c.point.commit or "?")[:12], f"{c.before:.4g}", f"{c.after:.4g}", c.series.unit, c.shown_change,
+             (c.point.commit or "?")[:12], f"{c.before:.4g}", f"{c.after:.4g}", c.series.unit,
+             f"{c.runs_before}/{c.runs_after}", c.shown_change,
              f"{c.p_value:.2g}", "worse" if c.worse else "better"] for c in found]
     columns = (Column("hardware"), Column("test", fold=True, group=True), Column("metric", fold=True),
                Column("from run"), Column("commit"), Column("before", "right"), Column("after", "right"),
-               Column("unit"), Column("change", "right"), Column("p", "right"), Column("direction"))
+               Column("unit"), Column("runs", "right"), Column("change", "right"), Column("p", "right"), Column("direction"))
     if rows:
         for line in render(columns, rows, width=stdout_width()):
             print(line.text)
-    return 1 if args.fail_on_worse and any(c.worse for c in found) else 0
+    return exit_status(args, found)
