@@ -132,6 +132,8 @@ def test_cases_read_like_a_report_and_share_one_launch():
     gpu = mesh.cases(mesh.GPU)
     assert [c.id for c in gpu] == ["nccl-8gpu-tp2-pp2-dp2-default", "nccl-8gpu-tp2-pp2-dp2-tp-on-slowest-link"]
     assert all(c.marks == ("8gpu",) for c in gpu)
+    # both placements' buffers (DP's 384 MiB gradient shard, its saved copy: 1.5 GiB), the checked row, 2 GiB
+    assert [c.device_memory_gib for c in gpu] == [4.3, 4.3] and cpu[0].device_memory_gib is None
 
 
 def _rank(layout: MeshLayout, rank: int, times: list[float], mix=mesh.CPU.mix, **override) -> dict:

@@ -86,9 +86,10 @@ def cases(profile: Profile) -> list[Case]:
     skip = {BAD: (f"every pair of the first {layout.world_size} GPUs is linked by {only}: no placement puts TP "
                   f"on a slower link than the default") if only else None}
     group = f"mesh-{key}-{layout.label()}"
+    need = None if cpu else spec.device_memory_gib()
     return [Case(f"{key}-{layout.label()}-{name}",
                  PlacementCase(name, profile.backend, spec, tuple(dim_links(placed, links).items())),
-                 marks, group, skip=skip.get(name))
+                 marks, group, skip=skip.get(name), device_memory_gib=need)
             for name, placed in spec.placements]
 
 

@@ -56,6 +56,18 @@ class PlacementSpec:
     def world_size(self) -> int:
         return self.placements[0][1].world_size
 
+    def device_memory_gib(self) -> float:
+        """GPU memory each rank needs: every placement's buffers (each row's input, its saved copy and its
+        output), the checked step's largest row once more, and 2 GiB for the CUDA context and NCCL."""
+        per_row = []
+        for _, layout in self.placements:
+            for row in self.mix.rows(layout):
+                opdef, n = OP_DEFS[row.op], getattr(layout, row.dim)
+                elems = row.message_bytes // self.mix.element_bytes
+                buffers = 2 * opdef.input_elems(elems, n) + opdef.output_elems(elems, n)
+                per_row.append(buffers * self.mix.element_bytes)
+        return round((sum(per_row) + max(per_row)) / 2**30 + 2.0, 1)
+
     def expected_s(self) -> float:
         """Healthy work time on the slow side (the launcher's hang budget is 3x this): every step of every
         placement, plus the counted and the checked one, at ``assumed_gb_s`` and ``assumed_call_s``."""
