@@ -64,7 +64,7 @@ DEFAULT_FRACTION_FLOOR = 0.01
 
 _OWN_OPTIONS = {"--from", "--runs", "--k", "--floor", "--fraction-floor", "--alpha", "--power", "--write", "--yes",
                 "--include-tainted", "--hardware-id", "--baselines", "--root", "--keep", "--allow-dirty",
-                "--allow-other-workload", "--allow-other-machines"}
+                "--allow-other-workload", "--allow-other-machines", "--allow-interrupted"}
 
 
 def register(sub) -> None:
@@ -90,6 +90,9 @@ def register(sub) -> None:
                    help="with --write: replace stored baselines that measured another workload")
     p.add_argument("--allow-other-machines", action="store_true",
                    help="with --write: pool runs whose machines differ in compared fingerprint fields")
+    p.add_argument("--allow-interrupted", action="store_true",
+                   help="with --from and --write: take the finished tests of a run that was stopped early (its "
+                        "file holds only those)")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
     p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
@@ -379,7 +382,8 @@ def run(args: argparse.Namespace) -> int:
     # force: calibrate's tolerance is made from how far its runs disagree, so their disagreement is its
     # measurement, not a reason to refuse it (refresh's check compares runs against a tolerance set before)
     checks = Checks(allow_dirty=args.allow_dirty, force=True, include_tainted=args.include_tainted,
-                    allow_other_workload=args.allow_other_workload, allow_other_machines=args.allow_other_machines)
+                    allow_other_workload=args.allow_other_workload, allow_other_machines=args.allow_other_machines,
+                    allow_interrupted=args.allow_interrupted)
     baseline_writer.check_documents(docs, names, checks)
     plan = baseline_writer.plan_from_entries(
         hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names,
