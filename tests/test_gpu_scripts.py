@@ -1,7 +1,7 @@
 """The scripts that carry vLLM to a GPU machine without a package index, run for real offline.
 
-scripts/fetch_vllm_gpu_wheels.sh downloads vLLM's wheels with pip and cuts them into pieces;
-scripts/vllm_gpu_carry.sh joins the pieces on the GPU machine, checks the tar's SHA256 and
+dev/gpu/fetch_vllm_gpu_wheels.sh downloads vLLM's wheels with pip and cuts them into pieces;
+dev/gpu/vllm_gpu_carry.sh joins the pieces on the GPU machine, checks the tar's SHA256 and
 installs. Both had no test, and the fetch script always failed (ROOT used before it was set).
 Here pip itself runs, with ``--no-index`` and a local folder of wheels named exactly as the
 script pins them (tiny but valid wheels), so the whole path -- download, the set check, tar,
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FETCH = ROOT / "scripts" / "fetch_vllm_gpu_wheels.sh"
-CARRY = ROOT / "scripts" / "vllm_gpu_carry.sh"
+FETCH = ROOT / "dev" / "gpu" / "fetch_vllm_gpu_wheels.sh"
+CARRY = ROOT / "dev" / "gpu" / "vllm_gpu_carry.sh"
 
 
 def _pins(set_name: str = "MINIMAL") -> list[tuple[str, str]]:
@@ -55,9 +55,9 @@ def offline_index(tmp_path: Path) -> Path:
 
 def _checkout(tmp_path: Path, git: bool) -> Path:
     repo = tmp_path / ("repo" if git else "plain")
-    (repo / "scripts").mkdir(parents=True)
+    (repo / "dev" / "gpu").mkdir(parents=True)
     for script in (FETCH, CARRY):
-        shutil.copy2(script, repo / "scripts" / script.name)
+        shutil.copy2(script, repo / "dev" / "gpu" / script.name)
     (repo / "README.md").write_text("a checkout\n")
     if git:
         subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -68,7 +68,7 @@ def _checkout(tmp_path: Path, git: bool) -> Path:
 def _fetch(repo: Path, index: Path, **env) -> subprocess.CompletedProcess:
     environ = {**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(index), "PIP_DISABLE_PIP_VERSION_CHECK": "1",
                **env}
-    return subprocess.run(["bash", str(repo / "scripts" / FETCH.name), "minimal", f"{sys.executable} -m pip"],
+    return subprocess.run(["bash", str(repo / "dev" / "gpu" / FETCH.name), "minimal", f"{sys.executable} -m pip"],
                           cwd=repo, env=environ, capture_output=True, text=True, timeout=300)
 
 
@@ -135,7 +135,7 @@ def test_server_start_message_quotes_this_machine_once_it_has_started_one(tmp_pa
     assert pool._expected_start() == "/health took 83-129 s for this session's 2 earlier start(s)"
 
 
-SESSION = ROOT / "scripts" / "gpu_serving_session.sh"
+SESSION = ROOT / "dev" / "gpu" / "gpu_serving_session.sh"
 FAKE_PYTHON = """#!/bin/bash
 # stands in for the GPU image's python3: logs its argv, and plays pytest with the exit code asked for
 echo "$*" >> "$FAKE_LOG"
@@ -180,7 +180,7 @@ def test_serving_session_splits_the_selection_with_pytest_k(tmp_path):
     assert "-k not moe" in pytest_call and "--perf-save" in pytest_call
 
 
-POWER = ROOT / "scripts" / "gpu_serving_power.sh"
+POWER = ROOT / "dev" / "gpu" / "gpu_serving_power.sh"
 
 
 def test_serving_power_refuses_a_bad_slowdown_before_any_setup(tmp_path):

@@ -1,4 +1,4 @@
-"""scripts/vllm_import_trace.py: which carried wheels did vLLM's processes import?
+"""dev/gpu/vllm_import_trace.py: which carried wheels did vLLM's processes import?
 
 Real files in a temporary pip --target layout and real `-X importtime` output of a Python
 child process; the script decides the minimal wheel set for the GPU machine, so a wrong
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "vllm_import_trace.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "dev" / "gpu" / "vllm_import_trace.py"
 
 
 def _dist(site: Path, name: str, files: list[str]) -> None:

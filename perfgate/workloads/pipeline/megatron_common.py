@@ -8,7 +8,7 @@ local (Transformer-Engine-free) layer spec (with SP-capable torch LayerNorms, se
 ``DistributedDataParallel`` (contiguous fp32 grad buffers), ``get_megatron_optimizer``
 (Adam with fp32 master weights), ``finalize_model_grads`` as the schedule's finalizer, and
 ``get_forward_backward_func()`` for the schedule itself. Written against megatron-core
-0.19.2 (the version ``scripts/fetch_gpu_wheels.sh`` carries to the GPU machine).
+0.19.2 (the version ``dev/gpu/fetch_gpu_wheels.sh`` carries to the GPU machine).
 
 Megatron's schedules allocate on ``device="cuda"`` and its P2P buffers on
 ``torch.cuda.current_device()``: there is no CPU path and we do not fake one.

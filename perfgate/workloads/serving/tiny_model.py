@@ -108,14 +108,14 @@ LLAMA_1B_STRUCTURE = TinyModelSpec(
     head_dim=64, intermediate_size=5632, max_position_embeddings=4096)
 """TinyLlama-1.1B's shapes with a 32 000-word tokenizer (32 064 rows: 32 006 tokenizer entries and 58 rows of padding), dummy
 weights: the GPU profile's dense model until 2026-12-02 (host-bound on a 16-core H200 host: TPOT 4.1x its weight-read
-bound); ``dense-1b`` of scripts/build_gpu_serving_models.py."""
+bound); ``dense-1b`` of dev/gpu/build_gpu_serving_models.py."""
 LLAMA_7B_STRUCTURE = TinyModelSpec(
     arch="llama", vocab_words=32000, hidden_size=4096, num_layers=32, num_heads=32, num_kv_heads=8,
     head_dim=128, intermediate_size=14336, max_position_embeddings=4096)
 """A 7.24 B Llama layout (Llama-3-8B's shapes with the 32 000-word tokenizer, 32 064 rows), dummy weights:
 device-bound on an H200 (single-stream TPOT 4.68 ms over three rounds of `vllm bench serve`, 1.38x the
 14.5 GB weight-read bound; the 1.1 B profile reads 2.1-2.5 ms, 4.1x its bound: host-bound). Built as
-``dense-7b`` by scripts/build_gpu_serving_models.py: the GPU profile's dense model (docs/serving.md)."""
+``dense-7b`` by dev/gpu/build_gpu_serving_models.py: the GPU profile's dense model (docs/serving.md)."""
 QWEN3_MOE_GPU_STRUCTURE = replace(QWEN3_MOE_SMALL_STRUCTURE, vocab_words=32000, vocab_size=None)
 """The Qwen3-MoE layout above with the 32 000-word tokenizer (7.8 B total): the GPU profile's MoE model."""
 

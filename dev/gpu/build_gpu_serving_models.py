@@ -2,7 +2,7 @@
 
 The suite builds the same directories itself when PERFGATE_SERVING_MODEL is unset
 (perfgate.workloads.serving.GPU_PROFILE); building them once under a fixed path lets the runs
-of one warm lent machine share them (scripts/gpu_serving_session.sh). The models are real
+of one warm lent machine share them (dev/gpu/gpu_serving_session.sh). The models are real
 shapes whose ids are tokenizer entries but for the embedding's padding to a multiple of 64
 (the Qwen2.5-7B shapes' 152 064 rows against a 4 006-word tokenizer are not:
 tiny_model.QWEN25_7B_STRUCTURE):
@@ -19,7 +19,7 @@ tiny_model.QWEN25_7B_STRUCTURE):
 Serve them with `--load-format dummy` (vLLM fills random weights on the GPU; no hub, no
 weight files). Usage, on the GPU machine:
 
-  python3 scripts/build_gpu_serving_models.py /tmp/models
+  python3 dev/gpu/build_gpu_serving_models.py /tmp/models
   export PERFGATE_SERVING_MODEL=/tmp/models/dense-7b PERFGATE_SERVING_MOE_MODEL=/tmp/models/moe
   export PERFGATE_SERVING_ENGINE_ARGS="--load-format dummy"
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from perfgate.workloads.serving import GPU_PROFILE  # noqa: E402

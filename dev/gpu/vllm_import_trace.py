@@ -8,7 +8,7 @@ the distributions used, with the first module seen and which logs import them, t
 ones nobody imported. A distribution imported only inside `try: ... except ImportError`
 counts as used here; the minimal set is then confirmed by serving with it alone.
 
-Usage: python3 scripts/vllm_import_trace.py SITE LOG_OR_DIR [...]   (dirs: every *.log below)
+Usage: python3 dev/gpu/vllm_import_trace.py SITE LOG_OR_DIR [...]   (dirs: every *.log below)
 """
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Carry the pieces made by scripts/fetch_vllm_gpu_wheels.sh to a GPU machine with no package
+# Carry the pieces made by dev/gpu/fetch_vllm_gpu_wheels.sh to a GPU machine with no package
 # index, join them, check the SHA256 and install with pip --no-index --no-deps --target.
 #
 # Each device call carries one piece folder and copies it to /tmp/vllm-carry on the machine
 # (a later call's carry replaces the carried folder in the working tree, but /tmp stays while
 # the machine is warm: make the calls back to back, within its 30 s). The call that carries
 # the last piece installs:
-#   run(carry=[".vllm-carry/p01"], command="scripts/vllm_gpu_carry.sh stash .vllm-carry/p01")
+#   run(carry=[".vllm-carry/p01"], command="dev/gpu/vllm_gpu_carry.sh stash .vllm-carry/p01")
 #   ...
-#   run(carry=[".vllm-carry/pNN"], command="scripts/vllm_gpu_carry.sh stash .vllm-carry/pNN &&
-#        scripts/vllm_gpu_carry.sh install /tmp/site && export PYTHONPATH=/tmp/site && ...")
+#   run(carry=[".vllm-carry/pNN"], command="dev/gpu/vllm_gpu_carry.sh stash .vllm-carry/pNN &&
+#        dev/gpu/vllm_gpu_carry.sh install /tmp/site && export PYTHONPATH=/tmp/site && ...")
 #
 # Usage: vllm_gpu_carry.sh stash PIECE_DIR
 #        vllm_gpu_carry.sh install TARGET [DIST_LIST]   (DIST_LIST: file of distribution names,

@@ -8,7 +8,7 @@
 # RUN-counts.json (--save), RUN-power.log, RUN-burn.txt (the burn each planted server calibrated: the
 # slowdown's device time, measured inside the server, the truth the table's changes are read against).
 #
-# Usage (device call, after the vLLM pieces are stashed): scripts/gpu_serving_power.sh RUN
+# Usage (device call, after the vLLM pieces are stashed): dev/gpu/gpu_serving_power.sh RUN
 #   env: LIMIT_S (570), SLOWDOWN (0.05), REPEATS (10), AA_REPEATS (5), ROUNDS (4),
 #        PYTEST_K ("single_stream_decode and gpu-dense"), SRV (/tmp/srv: the servers' folder),
 #        STOP=1 (stop both servers at the end), SITE (/tmp/site), PERFGATE_GIT_COMMIT (as
@@ -27,7 +27,7 @@ say() { echo "[gpu-power $(( $(date +%s) - T0 )) s] $*"; }
 mkdir -p "$OUT"
 factor=$(awk -v s="$SLOWDOWN" 'BEGIN { if (s !~ /^[0-9]*\.?[0-9]+$/ || s + 0 <= 0 || s + 0 >= 1) exit 1; printf "%g", 1 + s }') \
     || { echo "SLOWDOWN=$SLOWDOWN: a fraction of the decode step in (0, 1), e.g. 0.05" >&2; exit 2; }
-source scripts/gpu_serving_env.sh || exit 1
+source dev/gpu/gpu_serving_env.sh || exit 1
 
 # One at a time: vLLM sizes its KV cache from the memory free while it profiles, which a second
 # start beside it would change. The second start reuses the first one's compiled kernels. A later

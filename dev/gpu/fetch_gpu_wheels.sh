@@ -8,12 +8,12 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
 #       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 #
-# Usage: scripts/fetch_gpu_wheels.sh [pip]     (default pip: python3 -m pip)
+# Usage: dev/gpu/fetch_gpu_wheels.sh [pip]     (default pip: python3 -m pip)
 set -euo pipefail
 
 MEGATRON_CORE_VERSION="${MEGATRON_CORE_VERSION:-0.19.2}"
 PIP="${1:-python3 -m pip}"
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 DEST="$ROOT/.whl"
 
 # .whl/ must never be committed: keep it out of git (local exclude, not .gitignore).

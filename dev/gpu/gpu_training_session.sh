@@ -5,7 +5,7 @@
 # the limit, so the finished tests' results are still saved; the script exits with pytest's
 # status (124 when the limit cut it short), never 0 after a failure.
 #
-# Usage (device call): scripts/gpu_training_session.sh RUN [PYTEST_ARGS...]
+# Usage (device call): dev/gpu/gpu_training_session.sh RUN [PYTEST_ARGS...]
 #   env: LIMIT_S (default 560), MUTATION (a PERFGATE_TEST_MUTATION for this run only),
 #        PERFGATE_GIT_COMMIT (the commit to record where the machine's .git is not the tree's: a device
 #        copy can carry the .git of an earlier commit under a newer tree)

@@ -6,7 +6,7 @@
 # Why pieces: the GPU machines have no package index, and a device call carries at most
 # 64 MiB together with the working tree; the vLLM wheel alone is 279 MB. So the
 # wheels are put in one tar, the tar is split into pieces of PIECE_BYTES, and each piece
-# travels in its own call (scripts/vllm_gpu_carry.sh says how; docs/serving.md has the
+# travels in its own call (dev/gpu/vllm_gpu_carry.sh says how; docs/serving.md has the
 # steps). A user whose GPU node reaches a package index needs none of this:
 # `pip install vllm==0.24.0` (docs/serving.md).
 #
@@ -15,13 +15,13 @@
 #   candidates  the first guess it was found from: every runtime requirement of vllm 0.24.0
 #               that the image lacks, minus the kernel packages of other backends
 #
-# Usage: scripts/fetch_vllm_gpu_wheels.sh [minimal|candidates] [pip]
+# Usage: dev/gpu/fetch_vllm_gpu_wheels.sh [minimal|candidates] [pip]
 # Output: .vllm-whl/<set>/*.whl and .vllm-carry/p01 ... pNN (each: one piece + MANIFEST)
 set -euo pipefail
 
 SET="${1:-minimal}"
 PIP="${2:-python3 -m pip}"
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 # A piece travels with the working tree (what git tracks, or the whole folder outside a git
 # checkout), and a call carries 64 MiB in all: pieces fill what the tree leaves, less 4 MB for
 # files added before the pieces travel, and at most 40 MB. PIECE_BYTES overrides the size.
@@ -47,7 +47,7 @@ VLLM=(vllm==0.24.0)
 
 # Found by trying on a lent H200 (2026-12-01): the distributions whose modules the API
 # server, the engine core and `vllm bench serve` imported while the whole GPU serving suite
-# ran (scripts/vllm_import_trace.py over PYTHONPROFILEIMPORTTIME logs), then confirmed by a
+# ran (dev/gpu/vllm_import_trace.py over PYTHONPROFILEIMPORTTIME logs), then confirmed by a
 # second run with these alone. docs/serving.md gives the reason for each.
 MINIMAL=(
     fastapi==0.136.3 starlette==1.10.0 uvicorn==0.54.0 python-multipart==0.0.34

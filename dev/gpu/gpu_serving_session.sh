@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call's worth of the GPU serving suite on a lent H200 (no package index there):
-# install the carried vLLM wheels (scripts/vllm_gpu_carry.sh) unless this machine has them,
+# install the carried vLLM wheels (dev/gpu/vllm_gpu_carry.sh) unless this machine has them,
 # install perfgate, build the model dirs, check the import, and run
 #   pytest -m "1gpu and vllm" perf/serving --perf-save $OUT/<run>.json
 # inside the call's time (pytest is interrupted with SIGINT before the call's limit, so the
@@ -8,8 +8,8 @@
 # <run>-pytest.log, <run>-imports.txt (with TRACE=1), <run>-logs.tgz (server and bench logs).
 #
 # Usage (device call, after the pieces are stashed):
-#   scripts/gpu_serving_session.sh RUN [SITE] [DIST_LIST]
-#   env: TRACE=1 (log every import, for scripts/vllm_import_trace.py), LIMIT_S (default 570:
+#   dev/gpu/gpu_serving_session.sh RUN [SITE] [DIST_LIST]
+#   env: TRACE=1 (log every import, for dev/gpu/vllm_import_trace.py), LIMIT_S (default 570:
 #        seconds this script may take in all), PYTEST_K (a pytest -k expression), PYTEST_ARGS
 #        (extra pytest arguments, split on spaces), DENSE (dense-7b, the profile's model, or
 #        dense-1b, the 1.1 B model it replaced: the dense model dir), PERFGATE_GIT_COMMIT (the
@@ -17,8 +17,8 @@
 #        .git of an earlier commit under a newer tree)
 # The whole selection does not fit one 600 s call (the dense tests take ~470 s with their
 # server starts, the MoE case ~100-130 s more): run it as two calls on one warm machine,
-#   PYTEST_K="not moe" scripts/gpu_serving_session.sh run1
-#   PYTEST_K="moe" scripts/gpu_serving_session.sh run1-moe
+#   PYTEST_K="not moe" dev/gpu/gpu_serving_session.sh run1
+#   PYTEST_K="moe" dev/gpu/gpu_serving_session.sh run1-moe
 # The script exits with pytest's status: 124 when the time limit cut pytest short.
 set -uo pipefail
 RUN="${1:?usage: gpu_serving_session.sh RUN [SITE] [DIST_LIST]}"
@@ -30,7 +30,7 @@ T0=$(date +%s)
 say() { echo "[gpu-serving $(( $(date +%s) - T0 )) s] $*"; }
 mkdir -p "$OUT"
 
-source scripts/gpu_serving_env.sh || exit 1
+source dev/gpu/gpu_serving_env.sh || exit 1
 
 TRACE_DIR=/tmp/vllm-trace-$RUN
 mkdir -p "$TRACE_DIR"
@@ -53,7 +53,7 @@ tail -40 "$OUT/$RUN-pytest.log"
 unset PYTHONPROFILEIMPORTTIME
 
 if [ "${TRACE:-0}" = 1 ]; then
-    python3 scripts/vllm_import_trace.py "$SITE" "$TRACE_DIR" "/tmp/pytest-$RUN" > "$OUT/$RUN-imports.txt"
+    python3 dev/gpu/vllm_import_trace.py "$SITE" "$TRACE_DIR" "/tmp/pytest-$RUN" > "$OUT/$RUN-imports.txt"
     head -3 "$OUT/$RUN-imports.txt"; grep -c '^used' "$OUT/$RUN-imports.txt"
     grep '^used' "$OUT/$RUN-imports.txt" | awk '{print $2}' > "/tmp/vllm-used-$RUN.txt"
 fi
