@@ -36,8 +36,19 @@ COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_
             "store", "verify_baselines")
 
 
+def _version() -> str:
+    """The installed distribution's version (what a bug report should name)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("perfgate")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="perfgate", description="performance regression gates for LLM stacks")
+    parser.add_argument("--version", action="version", version=f"perfgate {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         try:
