@@ -1,6 +1,8 @@
-"""The results store (perfgate.store.run_store): `perfgate store add`, the run references that
-`perfgate refresh` records, and `perfgate verify-baselines`, which re-derives every baseline's run
-medians from the stored files; last, the same check on this repository's own baselines and store.
+"""The results store (perfgate.store.run_store, perfgate.store.backends): `perfgate store add`, the run
+references that `perfgate refresh` records, and `perfgate verify-baselines`, which re-derives every
+baseline's run medians from the stored runs (in a folder here; tests/test_store_commands.py has the same
+on SQLite and PostgreSQL); last, the same check on this repository's own baselines and the digests in
+results-store/.
 
 Real files and the real CLI entry point throughout; the results documents are small ones built here.
 """
@@ -18,6 +20,7 @@ import pytest
 from perfgate.cli import main
 from perfgate.judge.metrics import summarize
 from perfgate.store import run_store
+from perfgate.store.backends import open_store
 
 HW = "cpu-Test-2c"
 TEST = "perf/a/test_t.py::t"
@@ -53,17 +56,18 @@ def test_store_add_keeps_the_file_gzipped_under_its_hardware_id_and_own_name(pro
     stored = store / HW / "a.json.gz"
     assert gzip.decompress(stored.read_bytes()) == a.read_bytes()  # the same bytes, so the same hash
     assert f"sha256 {sha(a)}" in capsys.readouterr().out
-    assert run_store.stored_files(store) == [f"{HW}/a.json.gz"]
+    assert [e.name for e in open_store(store).entries()] == [f"{HW}/a.json.gz"]
 
 
-def test_store_add_refuses_content_already_stored_under_any_name(project, capsys):
+def test_store_add_stores_content_once_under_any_name(project, capsys):
+    """Pushing a run twice (a retried nightly job, two writers) stores it once and is no error."""
     root, a, _, store = project
     assert main(["store", "add", str(a), "--store", str(store)]) == 0
     again = root / "copy.json"
     again.write_bytes(a.read_bytes())
-    assert main(["store", "add", str(again), "--store", str(store)]) == 1
-    assert f"already in the store {store} as {HW}/a.json.gz" in capsys.readouterr().err
-    assert run_store.stored_files(store) == [f"{HW}/a.json.gz"]
+    assert main(["store", "add", str(again), "--store", str(store)]) == 0
+    assert f"already stored as {HW}/a.json.gz" in capsys.readouterr().out
+    assert [e.name for e in open_store(store).entries()] == [f"{HW}/a.json.gz"]
 
 
 def test_store_add_never_replaces_a_stored_file(project, capsys):
@@ -73,15 +77,18 @@ def test_store_add_never_replaces_a_stored_file(project, capsys):
     (root / "other").mkdir()
     other = results_file(root / "other" / "a.json", "2026-01-03T00:00:00+00:00", [5.0, 5.1])
     assert main(["store", "add", str(other), "--store", str(store)]) == 1
-    assert "already holds another run's results; rename the file" in capsys.readouterr().err
+    assert f"{HW}/a.json.gz already holds another run" in capsys.readouterr().err
     assert (store / HW / "a.json.gz").read_bytes() == before
 
 
-def test_the_store_is_named_by_flag_or_environment_never_guessed(project, capsys, monkeypatch):
+def test_the_store_is_named_by_flag_or_environment_else_the_embedded_default(project, capsys, monkeypatch):
+    """Nothing named: an SQLite file in the user's data folder, outside any code tree, no server."""
     root, a, _, store = project
     monkeypatch.delenv(run_store.ENV, raising=False)
-    assert main(["store", "add", str(a)]) == 2
-    assert f"pass --store DIR or set {run_store.ENV}=DIR" in capsys.readouterr().err
+    monkeypatch.setenv("XDG_DATA_HOME", str(root / "data"))
+    assert main(["store", "add", str(a)]) == 0
+    assert (root / "data" / "perfgate" / "results.sqlite").is_file()
+    assert f"results store sqlite:///{root / 'data' / 'perfgate' / 'results.sqlite'}" in capsys.readouterr().out
     monkeypatch.setenv(run_store.ENV, str(store))
     assert main(["store", "add", str(a)]) == 0 and (store / HW / "a.json.gz").is_file()
 
@@ -128,7 +135,8 @@ def test_verify_finds_a_missing_file(verified, capsys):
     root, store, _ = verified
     (store / HW / "a.json.gz").unlink()
     code, out = _verified(root, store, capsys)
-    assert code == 1 and f"missing: {store / HW / 'a.json.gz'} is not in the store" in out, out
+    assert code == 1 and f"missing: {HW}/a.json.gz (sha256 {sha(root / 'a.json')[:12]}) is not in the results store" \
+        in out, out
 
 
 def test_verify_finds_a_run_median_edited_in_the_baseline(verified, capsys):

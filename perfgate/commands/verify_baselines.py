@@ -1,8 +1,9 @@
 """`perfgate verify-baselines [STORE]`: re-derive every committed baseline's run medians from the store.
 
 A baseline entry pooled from runs keeps one summary per run, each naming its results file by store
-name and sha256 (perfgate.store.run_store). This command finds each file, checks its hash, and
-recomputes that test and metric's median and sample count from it, as `perfgate refresh` did: a
+name and sha256 (perfgate.store.run_store). This command finds each run in a results store (any backend:
+perfgate.store.backends; a code tree's digests of its runs serve as well as the runs), checks its hash,
+and recomputes that test and metric's median and sample count from it, as `perfgate refresh` did: a
 baseline edited by hand, a results file changed after the fact, or one missing from the store are
 reported, and any of them exits 1. Run summaries without a hash (from `pytest --perf-refresh` or
 `perfgate calibrate --write`, which refresh from no results file) are counted as not checkable,
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from perfgate.judge import run_noise
 from perfgate.judge.config import load_settings
-from perfgate.store import results as results_mod, run_store
+from perfgate.commands.store import add_store_option
+from perfgate.store.backends import ResultsStore, StoreError, documents, open_store
 from perfgate.store.baselines import BaselineStore
 from perfgate.store.readers import Checker
 
@@ -26,7 +28,9 @@ SHOWN = 50  # problems listed one per line; the rest are counted
 
 def register(sub) -> None:
     p = sub.add_parser("verify-baselines", help="re-derive the baselines' run medians from the results store")
-    p.add_argument("store", type=Path, nargs="?", help=f"the results store's folder (default: ${run_store.ENV})")
+    p.add_argument("store_positional", nargs="?", metavar="STORE",
+                   help="the results store (as --store): this repository's digests are results-store/")
+    add_store_option(p)
     p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
     p.set_defaults(func=run)
@@ -42,37 +46,40 @@ class Check:
     problems: list[str] = field(default_factory=list)
 
 
-class _Files:
-    """Each stored file read once: its hash, and its results by (test id, metric)."""
+class _Runs:
+    """Each stored run read once from the store: its entry by hash or name, its results by (test id, metric)."""
 
-    def __init__(self, root: Path):
-        self.root, self._hash, self._results = root, {}, {}
+    def __init__(self, store: ResultsStore):
+        self.store, self._results = store, {}
 
-    def sha256(self, name: str) -> str | None:
-        if name not in self._hash:
-            path = run_store.path_of(self.root, name)
-            self._hash[name] = run_store.content_sha256(path) if path.is_file() else None
-        return self._hash[name]
+    def find(self, name: str, sha: str):
+        """The run this reference names: by its hash (under any name, in any store), else by its name."""
+        documents.check_name(name)
+        return self.store.entry(sha) or self.store.entry(name)
 
-    def results(self, name: str) -> tuple[dict, dict]:
-        if name not in self._results:
-            doc = results_mod.load(run_store.path_of(self.root, name))
-            self._results[name] = (doc, {(r["test_id"], r["metric"]): r for r in doc.get("results") or []})
-        return self._results[name]
+    def results(self, sha: str) -> tuple[dict, dict]:
+        if sha not in self._results:
+            doc = self.store.document(sha)
+            self._results[sha] = (doc, {(r["test_id"], r["metric"]): r for r in doc.get("results") or []})
+        return self._results[sha]
 
 
-def _problem(files: _Files, run: dict, test: str, metric: str) -> str | None:
-    """Why this run summary does not follow from its stored file, or None when it does."""
+def _problem(runs: _Runs, run: dict, test: str, metric: str) -> str | None:
+    """Why this run summary does not follow from its stored run (or digest), or None when it does."""
     name, sha = run["file"], run["sha256"]
     try:
-        found = files.sha256(name)
-    except run_store.StoreError as exc:
+        found = runs.find(name, sha)
+    except StoreError as exc:
         return str(exc)
     if found is None:
-        return f"missing: {files.root / name} is not in the store (fetch the store, or `perfgate store add` the file)"
-    if found != sha:
-        return f"{name}: sha256 {found[:12]} in the store, {sha[:12]} in the baseline (the file was changed, replaced)"
-    doc, by_key = files.results(name)
+        return (f"missing: {name} (sha256 {sha[:12]}) is not in the {runs.store.where} (fetch the store, or "
+                f"`perfgate store add` the file)")
+    if found.sha256 != sha:
+        return f"{name}: sha256 {found.sha256[:12]} in the store, {sha[:12]} in the baseline (the file was changed, replaced)"
+    try:
+        doc, by_key = runs.results(found.sha256)
+    except StoreError as exc:
+        return str(exc)
     r = by_key.get((test, metric))
     if r is None:
         return f"{name}: holds no result for this test and metric"
@@ -93,9 +100,9 @@ def _problem(files: _Files, run: dict, test: str, metric: str) -> str | None:
     return f"{name}: {'; '.join(problems[0])}"
 
 
-def verify(store_root: Path, baselines_root: Path) -> Check:
+def verify(results: ResultsStore, baselines_root: Path) -> Check:
     """Every run reference with a hash in every baseline file under ``baselines_root``, against the store."""
-    store, files, out = BaselineStore(baselines_root), _Files(store_root), Check()
+    store, files, out = BaselineStore(baselines_root), _Runs(results), Check()
     for hw in store.hardware_ids():
         for path in sorted((store.root / hw).glob("*.json")):
             doc = store.document(hw, path.stem)
@@ -123,12 +130,11 @@ def verify(store_root: Path, baselines_root: Path) -> Check:
 
 
 def run(args: argparse.Namespace) -> int:
-    root = run_store.root_of(args.store)
-    if not root.is_dir():
-        raise run_store.StoreError(f"results store {root}: no such folder; fetch or create the store first")
     baselines = load_settings(args.root, args.baselines.resolve() if args.baselines else None).baselines
-    found = verify(root, baselines)
-    print(f"perfgate verify-baselines: {baselines} against the store {root}: {found.checked} run reference(s) "
+    with open_store(args.store_positional or args.store) as results:
+        found = verify(results, baselines)
+        where = results.where
+    print(f"perfgate verify-baselines: {baselines} against the {where}: {found.checked} run reference(s) "
           f"re-derived and equal, {len(found.problems)} not; {found.no_hash} without a hash (not checkable); "
           f"{found.entries_without_runs} entries without run summaries")
     for line in found.problems[:SHOWN]:
