@@ -13,7 +13,7 @@ from perfgate.cli import main
 from perfgate.report import trends
 
 ROOT = Path(__file__).resolve().parents[1]
-HISTORY = [ROOT / "results-store" / "2xH200-NV18"]
+HISTORY = [ROOT / "tests" / "data" / "runs" / "2xH200-NV18"]
 
 
 def latest_by_area() -> dict:

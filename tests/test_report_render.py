@@ -1,6 +1,6 @@
 """The report a person reads, rendered from real results files of the whole CPU suite.
 
-results-store/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json.gz is a CI run of the whole CPU suite (743 metrics) with
+tests/data/runs/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json.gz is a CI run of the whole CPU suite (743 metrics) with
 one real gated regression (the C=8 concurrency-sweep throughput ratio against the
 tolerance of that day) and 17 recorded-only gloo timings beyond tolerance; the other ci-*
 files are clean runs. Expected counts are computed here from the raw JSON, not through
@@ -23,7 +23,7 @@ from perfgate.report import run_report
 from perfgate.report.textable import DEFAULT_LOG_WIDTH, cells, resolve_width
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNS = ROOT / "results-store" / "cpu-AMD-EPYC-isaunknown-2c"
+RUNS = ROOT / "tests" / "data" / "runs" / "cpu-AMD-EPYC-isaunknown-2c"
 WITH_REGRESSION = RUNS / "ci-4e77f1c.json.gz"
 CLEAN = RUNS / "ci-d75f473-no-crosscheck.json.gz"
 FIRST_RUN = RUNS / "collectives-training-offload-2026-11-30.json.gz"  # every metric new
@@ -350,7 +350,7 @@ def test_the_report_guide_shows_the_render_of_its_named_results_file():
     """docs/reading-the-report.md's example is this file's render at 100 columns, not a sketch."""
     guide = (ROOT / "docs" / "reading-the-report.md").read_text()
     section = guide.split("## An example", 1)[1]
-    assert "results-store/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json.gz" in section.split("```", 1)[0]
+    assert "tests/data/runs/cpu-AMD-EPYC-isaunknown-2c/ci-4e77f1c.json.gz" in section.split("```", 1)[0]
     block = section.split("```\n", 2)[1].rstrip("\n").split("\n```")[0]
     doc, results = load(WITH_REGRESSION)
     lines = run_report.terminal_lines(results, hardware_id=doc["hardware_id"], width=100,

@@ -2,7 +2,7 @@
 
 The histories here are synthetic results documents (harness logic: what a change point is,
 what the report shows); the documents are the real format, written with the real writer.
-tests/test_report_html.py builds the HTML page from real histories in results-store/.
+tests/test_report_html.py builds the HTML page from real histories in tests/data/runs/.
 """
 from __future__ import annotations
 

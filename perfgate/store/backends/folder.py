@@ -38,16 +38,16 @@ class FolderStore(ResultsStore):
         self._rows: list[MetricRow] = []
 
     # --- the index: every file read once -------------------------------------------------------
-    def _files(self) -> list[tuple[Path, str | None]]:
-        """(file, its folder's name) of every candidate file: DIR/*.json* and DIR/<hardware-id>/*.json*."""
+    def _files(self) -> list[Path]:
+        """Every candidate file: DIR/*.json* (a history folder) and DIR/<hardware-id>/*.json* (a store)."""
         if not self.root.is_dir():
             return []
         out = []
         for item in sorted(self.root.iterdir()):
             if item.is_file() and item.name.endswith(SUFFIXES):
-                out.append((item, None))
+                out.append(item)
             elif item.is_dir() and not item.name.startswith("."):
-                out += [(f, item.name) for f in sorted(item.iterdir()) if f.is_file() and f.name.endswith(SUFFIXES)]
+                out += [f for f in sorted(item.iterdir()) if f.is_file() and f.name.endswith(SUFFIXES)]
         return out
 
     def _read_file(self, path: Path) -> bytes:
@@ -64,12 +64,12 @@ class FolderStore(ResultsStore):
             return self._index
         index: dict[str, tuple[Entry, Path]] = {}
         rows: list[MetricRow] = []
-        for path, folder in self._files():
+        for path in self._files():
             raw = self._read_file(path)
             if not _is_ours(raw):
                 continue  # a note or a counts file beside the runs
             doc = documents.parse(raw, str(path))
-            name = f"{folder or doc['hardware_id']}/{path.name}"
+            name = f"{doc['hardware_id']}/{path.name}"  # as baselines name it (an older folder may hold another id)
             sha = doc["run_sha256"] if doc["kind"] == documents.DIGEST_KIND else documents.sha256_of(raw)
             entry = documents.entry_of(doc, sha, name)
             held = index.get(sha)
