@@ -143,15 +143,16 @@ def test_half_microsecond(benchmark):
 
 
 def test_single_round(benchmark):
-    benchmark.pedantic(spin, args=(2e-3 * SCALE,), warmup_rounds=2)
+    benchmark.pedantic(spin, args=(2e-4 * SCALE,), warmup_rounds=2)
 """
 
 
 def test_sub_microsecond_and_single_round_benchmarks_fail_2x_in_one_line(pytester, monkeypatch):
     """Issue 47: a 0.5 us call made 2x slower passed under the 2 us floor, and pedantic(rounds=1) gave one
     sample, which could only ever read ``noisy``. Both fail a default run now (the single round after
-    re-measurements until its samples can reach significance), each failure is one line (no hook source
-    under -l), and the suite's package versions travel in the results, the baseline and that line."""
+    re-measurements until its samples can reach significance, against a baseline of 5 rounds), each failure
+    is one line (no hook source under -l), and the suite's package versions travel in the results, the
+    baseline and that line."""
     monkeypatch.setenv("COLUMNS", "200")
     pytester.makefile(".toml", pyproject='[tool.perfgate]\nbaselines = "baselines"\n')
     pytester.makepyfile(test_spin=SPIN.format(scale=1))
@@ -162,14 +163,16 @@ def test_sub_microsecond_and_single_round_benchmarks_fail_2x_in_one_line(pyteste
     packages = entry["software"]["packages"]
     assert packages["rich"] and {"pygments", "markdown-it-py"} <= set(packages), packages
     assert 4e-7 < entry["summary"]["median"] < 2e-6
+    # one round a run: re-run until the baseline is a median of 5 rounds, not of one taken at a random moment
+    assert baseline["entries"]["test_spin.py::test_single_round"]["time_s"]["summary"]["n"] == 5
 
     pytester.makepyfile(test_spin=SPIN.format(scale=2))
     res = pytester.runpytest(*opts, "-l", "--perf-save=slow.json")
-    res.assert_outcomes(failed=2)
     got = _metrics(pytester.path / "slow.json")
     tiny, single = got[("test_half_microsecond", "time_s")], got[("test_single_round", "time_s")]
     assert tiny["verdict"]["outcome"] == "regression" and tiny["floor"] < 1e-9, tiny["verdict"]
-    assert single["verdict"]["outcome"] == "regression" and single["attempts"] == 5, single["verdict"]
+    assert single["verdict"]["outcome"] == "regression" and single["attempts"] == 5, (single, baseline)
+    res.assert_outcomes(failed=2)
     assert "5 sample(s) here from 5 measurements" in single["verdict"]["explanation"]
     failures = [line for line in res.stdout.lines if line.startswith("perfgate: performance regression: ")]
     assert len(failures) == 2 and all(f"packages: " in line and "rich " in line for line in failures), failures

@@ -129,7 +129,7 @@ def test_sort(benchmark):
 def test_pytest_benchmark_files_become_baselines_the_bridge_is_judged_against(pytester, tmp_path, how):
     pytester.makepyfile(test_b=BENCH)
     fast = ("--benchmark-max-time=0.05", "-p", "no:cacheprovider", "--perf-hardware-id=cpu-Test-2c")
-    pytester.runpytest(how, *fast).assert_outcomes(passed=1)
+    pytester.runpytest(how, *fast, "--perf-save=first.json").assert_outcomes(passed=1)
     path = pytester.path / "bench.json"
     if not path.exists():
         path = next((pytester.path / ".benchmarks").rglob("*.json"))
@@ -141,6 +141,9 @@ def test_pytest_benchmark_files_become_baselines_the_bridge_is_judged_against(py
     assert entry.summary.n == bench["stats"]["rounds"]
     if "data" in bench["stats"]:
         assert entry.summary.median == statistics.median(bench["stats"]["data"])
+        # one stored summary of one run (issue 47), whether perfgate recorded it or imported pytest-benchmark's file
+        recorded = json.loads((pytester.path / "first.json").read_text())["results"][0]["summary"]
+        assert entry.summary.to_dict() == recorded and recorded["n"] == len(bench["stats"]["data"])
     else:  # autosave keeps no raw data: the median alone
         assert entry.summary.samples == (bench["stats"]["median"],)
     res = pytester.runpytest(*fast, "--perf-baselines", str(pytester.path / "b"), "--perf-gate=all",
