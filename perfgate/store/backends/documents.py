@@ -108,7 +108,7 @@ def gunzipped(data: bytes, where: str) -> bytes:
 
 def packed(raw: bytes) -> bytes:
     """The bytes a store keeps at rest: gzip without a timestamp, so one run always packs the same."""
-    return gzip.compress(raw, compresslevel=6, mtime=0)
+    return gzip.compress(raw, compresslevel=9, mtime=0)
 
 
 def sha256_of(raw: bytes) -> str:
@@ -152,6 +152,9 @@ def parse(raw: bytes, where: str) -> dict:
     check_results_document(c, doc)
     if digest and not (isinstance(doc.get("run_sha256"), str) and SHA256.fullmatch(doc["run_sha256"])):
         c.fail("run_sha256", "must be the run's sha256 (64 lowercase hex digits)")
+    for i, r in enumerate(doc.get("results") or []):
+        if digest and "stored" in r["summary"]:
+            c.integer(r["summary"]["stored"], f"results[{i}].summary.stored", minimum=len(r["summary"]["samples"]))
     return doc
 
 
@@ -163,6 +166,7 @@ def digest_of(doc: dict, sha256: str) -> bytes:
     results = []
     for r in doc.get("results") or []:
         kept = {k: r[k] for k in _DIGEST_FIELDS if k in r}
+        kept["summary"] = _digest_summary(r["summary"])
         outcome = (r.get("verdict") or {}).get("outcome")
         if outcome is not None:
             kept["verdict"] = {"outcome": outcome}
@@ -174,6 +178,25 @@ def digest_of(doc: dict, sha256: str) -> bytes:
               "hardware_id": doc["hardware_id"], "created": doc.get("created"), "commit": doc.get("commit"),
               "interrupted": bool(doc.get("interrupted")), "results": results}
     return json.dumps(digest, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _digest_summary(summary: dict) -> dict:
+    """A metric's summary as a digest keeps it: median, MAD, IQR and n as recorded, and of the stored samples
+    their count and five quantiles (min, quartiles, median, max; all of them where five or fewer). What
+    verify-baselines re-derives from a run -- the median and n (issue 47 on), or the median and count of the
+    stored samples (runs pooled before) -- and what a trend plots (median and quartiles) are all there, at
+    a tenth of the bytes (a CPU suite run's 887 metrics store up to 200 samples each)."""
+    samples = sorted(float(x) for x in summary.get("samples") or [summary["median"]])
+    if len(samples) > 5:
+        q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+        samples = [samples[0], q1, statistics.median(samples), q3, samples[-1]]
+    kept = {k: summary[k] for k in ("median", "mad", "iqr", "n") if k in summary}
+    return kept | {"stored": len(summary.get("samples") or [summary["median"]]), "samples": samples}
+
+
+def stored_count(summary: dict) -> int:
+    """How many samples the run stored for this metric: a digest says (``stored``), a run shows them."""
+    return summary.get("stored") or len(summary.get("samples") or [summary["median"]])
 
 
 def check_name(name: object) -> str:
