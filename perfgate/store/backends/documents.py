@@ -5,8 +5,9 @@ run's uncompressed JSON bytes, whichever store it sits in:
 
 - a **run**: the results document ``pytest --perf-save`` wrote, byte for byte (gzipped at rest);
 - a **digest** of a run: what `perfgate verify-baselines` needs to re-derive a baseline's run summary
-  (each result's test id, metric, unit, direction, tolerance, summary with its capped samples, taint and
-  outcome) and no raw attachments, fingerprint or verdict text. A code tree keeps digests of the runs its
+  (each result's test id, metric, unit, direction, tolerance, summary -- median, MAD, IQR, n and the
+  count of stored samples --, taint and outcome) and no samples, raw attachments, fingerprint or verdict
+  text. A code tree keeps digests of the runs its
   baselines pool (results-store/ in this repository: ~25 x smaller than the runs); the runs themselves
   live in a store outside it. A digest names its run's hash (``run_sha256``); it cannot prove it, but a
   store holding the run can (:func:`digest_of` is deterministic: the same run gives the same bytes).
@@ -30,6 +31,8 @@ import statistics
 import zlib
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from perfgate.judge.metrics import Summary
 from perfgate.machine.hardware_id import HardwareIdError, check_hardware_id
@@ -181,17 +184,16 @@ def digest_of(doc: dict, sha256: str) -> bytes:
 
 
 def _digest_summary(summary: dict) -> dict:
-    """A metric's summary as a digest keeps it: median, MAD, IQR and n as recorded, and of the stored samples
-    their count and five quantiles (min, quartiles, median, max; all of them where five or fewer). What
-    verify-baselines re-derives from a run -- the median and n (issue 47 on), or the median and count of the
-    stored samples (runs pooled before) -- and what a trend plots (median and quartiles) are all there, at
-    a tenth of the bytes (a CPU suite run's 887 metrics store up to 200 samples each)."""
-    samples = sorted(float(x) for x in summary.get("samples") or [summary["median"]])
-    if len(samples) > 5:
-        q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
-        samples = [samples[0], q1, statistics.median(samples), q3, samples[-1]]
+    """A metric's summary as a digest keeps it: median, MAD, IQR and n as recorded, and the count of the
+    samples the run stored (``stored``) in place of the samples. What verify-baselines re-derives from a run
+    -- its median and n (issue 47 on), or the median and count of its stored samples (runs pooled before) --
+    is all there; a trend drawn from digests shows the IQR around the median (the run, in a store, has every
+    sample). The samples are ~90 % of a digest's bytes otherwise: a CPU suite run's 887 metrics store up
+    to 200 each."""
+    stored = summary.get("samples") or [summary["median"]]
     kept = {k: summary[k] for k in ("median", "mad", "iqr", "n") if k in summary}
-    return kept | {"stored": len(summary.get("samples") or [summary["median"]]), "samples": samples}
+    # the median of the stored samples: a run stored before issue 47 kept its first 200 of more
+    return kept | {"stored": len(stored), "samples": [float(np.median(np.asarray(stored, dtype=float)))]}
 
 
 def stored_count(summary: dict) -> int:
