@@ -14,7 +14,8 @@ import math
 import re
 from pathlib import Path
 
-from perfgate.commands.trends import add_detection_options, add_fail_on_worse, detect, exit_status, headline
+from perfgate.commands.trends import (add_detection_options, add_fail_on_worse, detect, exit_status, headline,
+                                     history_name)
 from perfgate.report.textable import printable
 from perfgate.judge.config import load_settings
 from perfgate.report import changepoints, html_page, trends
@@ -28,8 +29,9 @@ _COLS = 4
 
 def register(sub) -> None:
     p = sub.add_parser("report", help="plot a history of results: trends, change points, an HTML page")
-    p.add_argument("history", nargs="+", type=Path,
-                   help="history folders (pytest --perf-history DIR) or results files (--perf-save)")
+    p.add_argument("history", nargs="*", type=Path,
+                   help="history folders (pytest --perf-history DIR) or results files (--perf-save); none: "
+                        "the results store (--store), every machine in it")
     p.add_argument("--out", type=Path, help="Markdown page and plots here (default: HISTORY/report, "
                                             "unless --html is given)")
     p.add_argument("--html", type=Path, metavar="DIR", help="one static HTML page and its plots here")
@@ -202,9 +204,12 @@ def markdown_page(history: str, runs: list[trends.Run], found: list[changepoints
 def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.root, args.baselines.resolve() if args.baselines else None)
     store = BaselineStore(settings.baselines) if settings.baselines.is_dir() else None
+    if not args.history and args.out is None and args.html is None:
+        raise ValueError("a report of a results store needs --html DIR or --out DIR (there is no history folder "
+                         "to write beside)")
     runs, series, found = detect(args)
-    history = " ".join(map(str, args.history))
-    first = args.history[0]
+    history = history_name(args)
+    first = args.history[0] if args.history else None
     outs = [d for d in (args.out, args.html) if d is not None] or [(first if first.is_dir() else first.parent) / "report"]
     with interrupts.writing(f"the report in {', '.join(map(str, outs))}", hold=False):  # Ctrl-C stops the plots
         if args.html is not None:

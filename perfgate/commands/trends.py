@@ -14,7 +14,9 @@ import argparse
 from pathlib import Path
 
 from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.commands.store import add_store_option
 from perfgate.report import changepoints, trends
+from perfgate.store.backends import describe, open_store, spec_of
 from perfgate.report.run_report import short_id
 from perfgate.report.textable import Column, render, stdout_width
 
@@ -30,12 +32,14 @@ def add_detection_options(p) -> None:
     p.add_argument("--window", type=int, default=changepoints.WINDOW,
                    help=f"Otava's sliding window in runs (default {changepoints.WINDOW})")
     p.add_argument("--include-tainted", action="store_true", help="let tainted runs count")
+    add_store_option(p, what="read the runs from this results store when no HISTORY is given")
 
 
 def register(sub) -> None:
     p = sub.add_parser("trends", help="change points of each metric over a history of runs (Apache Otava)")
-    p.add_argument("history", nargs="+", type=Path,
-                   help="history folders (pytest --perf-history DIR) or results files (--perf-save)")
+    p.add_argument("history", nargs="*", type=Path,
+                   help="history folders (pytest --perf-history DIR) or results files (--perf-save); none: "
+                        "the results store (--store)")
     add_detection_options(p)
     add_fail_on_worse(p)
     p.set_defaults(func=run)
@@ -59,13 +63,25 @@ def headline(args: argparse.Namespace, runs, series, found) -> str:
             f"p < {args.max_pvalue:g}, |change| > {args.min_magnitude:.0%}); {skipped.describe()}")
 
 
+def history_name(args: argparse.Namespace) -> str:
+    """What the history is called on a page and in messages: its paths, or the store (never a password)."""
+    if args.history:
+        return " ".join(map(str, args.history))
+    store = getattr(args, "opened_store", None)
+    return store.where if store is not None else f"results store {describe(spec_of(args.store))}"
+
+
 def detect(args: argparse.Namespace) -> tuple[list[trends.Run], list[trends.Series], list[changepoints.ChangePoint]]:
     if args.hardware_id is not None:
         check_hardware_id(args.hardware_id, source="--hardware-id")
-    runs = trends.load_history(*args.history)
+    if args.history:
+        runs = trends.load_history(*args.history)
+    else:  # the store stays open: a page reads the documents of the runs it shows
+        args.opened_store = open_store(args.store)
+        runs = trends.history_from_store(args.opened_store, hardware_id=args.hardware_id)
     if not runs:
-        raise ValueError(f"{' '.join(map(str, args.history))}: no results JSONs; write some with "
-                         f"`pytest --perf-history DIR`")
+        raise ValueError(f"{history_name(args)}: no runs; write some with `pytest --perf-history DIR` or "
+                         f"`perfgate store add`")
     series = [s for s in trends.build_series(runs, hardware_id=args.hardware_id)
               if not args.match or args.match in s.test_id]
     found = changepoints.all_change_points(series, max_pvalue=args.max_pvalue, min_magnitude=args.min_magnitude,

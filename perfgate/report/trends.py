@@ -1,29 +1,39 @@
 """History of runs -> per-metric time series of run medians. Pure: no plotting, no detection.
 
 Input is results JSONs (``pytest --perf-history DIR`` writes one per run; ``--perf-save``
-files too, ``.json.gz`` included); series are kept apart per hardware id, because numbers
-from two machines are not one series. Where a series changes level is
-perfgate.report.changepoints' job (Apache Otava): this module is what Otava does not do,
-reading perfgate's own files and ordering them by time.
+files too, ``.json.gz`` included) or a results store (perfgate.store.backends: its metric rows,
+one indexed read, no document loaded until a page shows a run's verdicts); series are kept apart
+per hardware id, because numbers from two machines are not one series. Both become the same metric
+rows (perfgate.store.backends.documents.metric_rows), so a series is built one way. Where a series
+changes level is perfgate.report.changepoints' job (Apache Otava): this module is what Otava does
+not do, reading perfgate's own runs and ordering them by time.
 """
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Callable
 
 from perfgate.store import results as results_mod
+from perfgate.store.backends import ResultsStore, documents
 
 
 @dataclass(frozen=True)
 class Run:
-    path: Path
+    path: Path           # the results file, or the run's name in its store
     created: str
     commit: str | None
     hardware_id: str
     interrupted: bool
-    results: tuple[results_mod.MetricResult, ...]
+    rows: tuple[documents.MetricRow, ...]    # what series are built from
+    load: Callable[[], dict] = field(repr=False, compare=False)   # the whole document, read when shown
+
+    @cached_property
+    def results(self) -> tuple[results_mod.MetricResult, ...]:
+        """Every result with its verdict: read from the file or store when a page shows this run."""
+        return tuple(results_mod.metric_results(self.load()))
 
     @property
     def label(self) -> str:
@@ -87,11 +97,23 @@ def load_history(*paths: Path) -> list[Run]:
     runs = []
     for path in files:
         doc = results_mod.load(path)
-        runs.append(Run(path=path, created=doc.get("created") or "", commit=doc.get("commit"),
-                        hardware_id=doc.get("hardware_id") or "?", interrupted=bool(doc.get("interrupted")),
-                        results=tuple(results_mod.metric_results(doc))))
+        entry = documents.entry_of(doc, "", f"{doc['hardware_id']}/{path.name}")
+        runs.append(Run(path=path, created=entry.created, commit=entry.commit, hardware_id=entry.hardware_id,
+                        interrupted=entry.interrupted, rows=tuple(documents.metric_rows(doc, entry)),
+                        load=lambda doc=doc: doc))
     runs.sort(key=lambda r: (r.created, r.path.name))
     return runs
+
+
+def history_from_store(store: ResultsStore, *, hardware_id: str | None = None) -> list[Run]:
+    """Every run of a results store (of one hardware id), oldest first, from its metric rows: a document is
+    read only when a page shows that run's verdicts."""
+    rows: dict[str, list[documents.MetricRow]] = {}
+    for row in store.metric_rows(hardware_id):
+        rows.setdefault(row.sha256, []).append(row)
+    return [Run(path=Path(e.name), created=e.created, commit=e.commit, hardware_id=e.hardware_id,
+                interrupted=e.interrupted, rows=tuple(rows.get(e.sha256, ())),
+                load=lambda sha=e.sha256: store.document(sha)) for e in store.entries(hardware_id)]
 
 
 def build_series(runs: list[Run], *, hardware_id: str | None = None) -> list[Series]:
@@ -101,18 +123,17 @@ def build_series(runs: list[Run], *, hardware_id: str | None = None) -> list[Ser
     for i, run in enumerate(runs):
         if hardware_id is not None and run.hardware_id != hardware_id:
             continue
-        for r in run.results:
+        for r in run.rows:
             key = (run.hardware_id, r.test_id, r.metric)
             s = out.get(key)
             if s is None:
                 s = out[key] = Series(run.hardware_id, r.test_id, r.metric, r.unit, r.better, r.tol)
             s.tol = r.tol  # the latest tolerance applies
-            q1, q3 = quartiles(r.summary)
-            s.points.append(Point(run=i, created=run.created, commit=run.commit, median=r.summary.median,
-                                  q1=q1, q3=q3, n=r.summary.n, tainted=bool(r.tainted), outcome=r.outcome))
-            if r.baseline and r.baseline.get("median") is not None:
-                s.baseline_median = float(r.baseline["median"])
-                s.baseline_provenance = r.baseline.get("provenance")
+            s.points.append(Point(run=i, created=run.created, commit=run.commit, median=r.median,
+                                  q1=r.q1, q3=r.q3, n=r.n, tainted=r.tainted, outcome=r.outcome))
+            if r.baseline_median is not None:
+                s.baseline_median = r.baseline_median
+                s.baseline_provenance = r.baseline_provenance
     return sorted(out.values(), key=lambda s: (s.hardware_id, s.family, natural_key(s.test_id)))
 
 
@@ -130,9 +151,4 @@ def natural_key(test_id: str) -> tuple:
     return tuple(key)
 
 
-def quartiles(summary) -> tuple[float, float]:
-    """Quartiles from the stored samples; from the IQR around the median when too few are stored."""
-    if len(summary.samples) >= 4:
-        q1, q3 = statistics.quantiles(summary.samples, n=4, method="inclusive")[0::2]
-        return min(q1, summary.median), max(q3, summary.median)
-    return summary.median - summary.iqr / 2, summary.median + summary.iqr / 2
+quartiles = documents.quartiles  # where a summary's error bar comes from (one rule for files and stores)
