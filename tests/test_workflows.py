@@ -92,7 +92,7 @@ def test_ci_runs_the_readme_test_command_on_pull_requests():
 def test_nightly_selects_runners_by_label_and_fails_on_regression():
     doc = load(WORKFLOWS / "nightly-gpu.yml")
     assert "schedule" in doc["on"]
-    (job,) = doc["jobs"].values()
+    job, page = doc["jobs"]["gpu"], doc["jobs"]["page"]
     assert tuple(job["strategy"]["matrix"]["label"]) == RUNNER_LABELS
     assert "self-hosted" in job["runs-on"] and "${{ matrix.label }}" in job["runs-on"]
     text = scripts(doc)
@@ -102,9 +102,16 @@ def test_nightly_selects_runners_by_label_and_fails_on_regression():
     assert upload and "results.json" in upload[0]["with"]["path"] and upload[0].get("if") == "always()"
     fail = [s for s in steps(doc) if s.get("if") == "steps.measure.outputs.rc != '0'"]
     assert fail and "exit 1" in fail[0]["run"]
+    # each runner pushes to the fleet's store, named by a secret (issue 51), and one page covers every runner
+    assert job["env"]["PERFGATE_RESULTS_STORE"] == page["env"]["PERFGATE_RESULTS_STORE"] == \
+        "${{ secrets.PERFGATE_RESULTS_STORE }}"
+    assert 'perfgate store add --as "nightly-${{ github.run_id }}-${{ github.run_attempt }}-$LABEL.json" results.json' \
+        in text
+    assert page["needs"] == "gpu" and page["if"] == "always()"
     # the trend alarm fails the job (issue 47: `perfgate report ... || true` never failed anything)
     (trend,) = [s for s in steps(doc) if "perfgate report" in s.get("run", "")]
-    assert "--fail-on-worse" in trend["run"] and "|| true" not in trend["run"] and trend["if"] == "always()"
+    assert 'perfgate report --store "$PERFGATE_RESULTS_STORE" --html trend-html --fail-on-worse' in trend["run"]
+    assert "|| true" not in trend["run"]
 
 
 def test_refresh_is_manual_and_opens_a_pull_request_with_baselines():
@@ -112,8 +119,10 @@ def test_refresh_is_manual_and_opens_a_pull_request_with_baselines():
     assert set(doc["on"]) == {"workflow_dispatch"}
     assert doc["on"]["workflow_dispatch"]["inputs"]["label"]["options"] == list(RUNNER_LABELS)
     assert 'perfgate refresh "$RESULTS" --yes' in scripts(doc)
-    # the run the baselines now name goes into the store with them, so CI's verify-baselines finds it
-    assert 'perfgate store add --store results-store "$RESULTS"' in scripts(doc)
+    # the run goes to the fleet's store and its digest beside the baselines, so CI's verify-baselines finds it
+    assert 'perfgate store add "$RESULTS"' in scripts(doc)
+    assert 'perfgate store add --store results-store --digest "$RESULTS"' in scripts(doc)
+    assert doc["jobs"]["refresh"]["env"]["PERFGATE_RESULTS_STORE"] == "${{ secrets.PERFGATE_RESULTS_STORE }}"
     assert doc["jobs"]["refresh"]["env"]["RESULTS"] == "refresh-${{ github.run_id }}.json"
     (pr,) = [s for s in steps(doc) if s.get("uses", "").startswith("peter-evans/create-pull-request@")]
     # not the .prev/.lock files beside the baselines
