@@ -50,7 +50,7 @@ MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
              "every timed gloo/NCCL collective is issued 4 times", "perfgate/workloads/collectives/ops.py"),
     Mutation("collective_slowdown", "collectives",
              "every timed collective takes k times as long (integer k: issued k times; fractional k, CPU "
-             "only: a busy wait stretches each sample)", "perfgate/workloads/collectives/ops.py",
+             "only: a wait after each timed call stretches it)", "perfgate/workloads/collectives/ops.py",
              default_factor=4.0, alias_env="PERFGATE_TEST_COLLECTIVE_SLOWDOWN"),
     Mutation("extra_param_copy", "training",
              "every training worker keeps a full extra copy of the parameters (a memory leak)",

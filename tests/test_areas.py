@@ -21,9 +21,9 @@ def test_paired_ratio_pairs_step_by_step():
         paired_ratio([1.0], [0.0])
 
 
-def _rank(times, wrong, size=1024):
+def _rank(times, wrong, size=1024, calls=None):
     return {"size_bytes": size, "count": 256, "iters": 10, "graph": False, "bus_factor": 1.5,
-            "time_us": times, "ref_us": [t / 2 for t in times], "wrong": wrong}
+            "time_us": times, "call_us": calls or times, "ref_us": [t / 2 for t in times], "wrong": wrong}
 
 
 def _case(size=1024):
@@ -34,6 +34,10 @@ def test_collectives_reduce_takes_the_slowest_rank_and_checks_wrong_elements():
     out = {r.name: r for r in collectives.reduce(_case(), [_rank([10.0, 30.0], 0), _rank([20.0, 15.0], 0)])}
     assert out["time_us"].samples == [20.0, 30.0]
     assert out["time_over_p2p"].samples == [2.0, 2.0]  # over the slowest rank's p2p: 10, 15
+    # the ratio is of median calls (call_us), not of the mean per call that bandwidth is (time_us): a
+    # sample whose mean one stalled call doubled keeps its ratio (issue 47)
+    stalled = {r.name: r for r in collectives.reduce(_case(), [_rank([40.0], 0, calls=[20.0]), _rank([20.0], 0)])}
+    assert stalled["time_us"].samples == [40.0] and stalled["time_over_p2p"].samples == [1.0]
     algbw = 1024 / 20e-6 / 1e9
     assert out["sample"].data["algbw_gbps"][0] == pytest.approx(algbw)
     assert out["busbw_gbps"].samples[0] == pytest.approx(1.5 * algbw)

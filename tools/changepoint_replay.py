@@ -2,7 +2,8 @@
 """Otava's change points on synthetic and on real histories: found, missed and false ones.
 
     python tools/changepoint_replay.py synthetic --series 200
-    python tools/changepoint_replay.py history results-store/*/
+    git archive bcd9d34 results-store | tar -x -C /tmp/h    # the raw runs, before results-store kept digests
+    python tools/changepoint_replay.py history /tmp/h/results-store/*/
 
 synthetic: ``--series`` series per row; each cell counts, per detector and p-value, the false
 change points (flat rows: any change point; step rows: any not within two runs of the step) or

@@ -25,6 +25,11 @@ slowdown through its environment instead of the knob, for a slowdown planted whe
 set it: a server started with the knob and attached to (PERFGATE_SERVING_URL, docs/serving.md:
 ``--env PERFGATE_SERVING_URL=<plain server> --b-env-at 1.05:PERFGATE_SERVING_URL=<planted server>``).
 
+``--against-baselines`` measures the gate instead of `perfgate ab`: each repeat is one pytest run
+judged against the committed baselines, as CI runs it, and the table counts the runs that failed and,
+per test function and metric, the runs in which a case regressed or was tainted
+(perfgate/commands/gate_power.py).
+
 ``--tally COUNTS...`` measures nothing: it adds up the counts files ``--save`` wrote, complete or
 cut short, for one selection measured on several leases or in several sessions (a GPU session's
 device time holds two or three A/Bs of a device-bound case), and prints the table over all of
@@ -45,6 +50,7 @@ from pathlib import Path
 from perfgate import mutations
 from perfgate.judge import ab_stats
 from perfgate.commands import ab as ab_cmd
+from perfgate.commands import gate_power
 from perfgate.report.run_report import short_id
 from perfgate.report.textable import Column, render, stdout_width
 from perfgate.store.atomic import write_json_atomic
@@ -52,7 +58,8 @@ from perfgate.store.results import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 _OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--aa-repeats", "--rounds", "--threshold", "--confidence",
-                "--save", "--root", "--hardware-id", "--tally", "--time-limit", "--env", "--b-env-at"}
+                "--save", "--root", "--hardware-id", "--tally", "--time-limit", "--env", "--b-env-at",
+                "--against-baselines"}
 _SAME_IN_EVERY_FILE = ("knob", "rounds", "threshold", "pytest_args", "conditions")
 
 
@@ -85,6 +92,9 @@ def register(sub) -> None:
     p.add_argument("--time-limit", type=ab_cmd.time_limit, metavar="SECONDS",
                    help="start no A/B (and no round) that the pace so far says cannot finish in this many seconds "
                         "from the start; what is done is saved with \"complete\": false, exit 3")
+    p.add_argument("--against-baselines", action="store_true",
+                   help="measure the gate instead of `perfgate ab`: each repeat is one pytest run judged against "
+                        "the committed baselines, as CI runs it (perfgate/commands/gate_power.py)")
     p.add_argument("--tally", type=Path, nargs="+", metavar="COUNTS",
                    help="measure nothing: add up counts files written by --save (several leases or sessions "
                         "of one selection) and print their table")
@@ -365,6 +375,8 @@ def run(args: argparse.Namespace) -> int:
     if args.tally:
         if args.pytest_args:
             raise ValueError("--tally adds up saved counts and measures nothing: give it no tests")
+        if args.against_baselines:
+            raise ValueError("--tally adds up the counts files of A/Bs; --against-baselines writes its own")
         return tally_files(args)
     if args.repeats < 0:
         raise ValueError(f"--repeats must be >= 0, got {args.repeats}")
@@ -393,6 +405,8 @@ def run(args: argparse.Namespace) -> int:
         recorded[name] = {key: "(--b-env-at)" for key in planted[k]} if k in planted else conditions[name]
     per_condition: dict[str, list[list[MetricResult]]] = {c: [] for c in conditions}
     plan = schedule(args.repeats, aa_repeats, conditions)
+    if args.against_baselines:  # the gate as CI runs it, one pytest run a repeat, not an A/B
+        return gate_power.run(args, pytest_args, {c: {**base, **env} for c, env in conditions.items()}, plan)
     total = len(plan)
     deadline = time.monotonic() + args.time_limit if args.time_limit else None
     durations: list[float] = []

@@ -22,13 +22,15 @@ class PytestRunError(ValueError):
 
 
 def run_saving(pytest_args: list[str], save: Path, *, root: Path, hardware_id: str | None,
-               python: str = sys.executable, env_extra: dict[str, str] | None = None) -> int:
+               python: str = sys.executable, env_extra: dict[str, str] | None = None, remeasure: bool = False) -> int:
     """``python -m pytest PYTEST_ARGS --perf-save SAVE`` in ``root`` -> pytest's exit status, 0 or 1.
 
     1 (a test failed, e.g. against a baseline) still counts: its numbers were saved. Re-measurement
-    is off (``--perf-retries=0``): the caller repeats runs itself."""
+    is off (``--perf-retries=0``): the caller repeats runs itself; ``remeasure`` leaves it as configured,
+    for a caller that judges the run as CI would (`perfgate power --against-baselines`)."""
     env_extra = env_extra or {}
-    cmd = [python, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider", "--perf-retries=0", f"--perf-save={save}"]
+    cmd = [python, "-m", "pytest", *pytest_args, "-p", "no:cacheprovider",
+           *([] if remeasure else ["--perf-retries=0"]), f"--perf-save={save}"]
     if hardware_id:
         cmd += ["--perf-hardware-id", hardware_id]
     env = {**os.environ, cpu_info.TORCH_CACHE_ENV: cpu_info.torch_cpu_capability(python=python) or "", **env_extra}

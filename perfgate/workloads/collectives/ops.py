@@ -17,16 +17,29 @@ Correctness: after timing, every op runs once more on fresh, rank-specific data 
 output is compared element by element with the expected result; ``wrong`` counts the
 mismatches on this rank (``reduce`` sums them; the test asserts the sum is 0).
 
+The in-run reference (``time_over_p2p``, gated on every machine): each timed call of the op
+is followed by one ring send/recv of the same bytes by the same ranks (``ref_us``), call by
+call, and a sample's ratio is the median call of the op over the median call of the reference
+(``call_us`` / ``ref_us``, the slowest rank's of each). Medians, not means: on a shared 2-core
+machine one call in fifty that waits out a descheduled rank (milliseconds, against a 100 us
+call) moved a sample's mean by tens of percent and the op's and the reference's alike only on
+average (issue 47); the median call is the op's own cost. ``time_us`` stays the mean per call,
+what bandwidth is. The iteration count is agreed from the median of five timed calls, not one:
+a single call timed while a core was away set 1 iteration per sample in one run and 80 in the
+next. How far the reference resolves a slowdown, measured with `perfgate power
+--against-baselines`: docs/lifecycle.md.
+
 Test-only knob: ``PERFGATE_TEST_MUTATION=collective_slowdown:<k>`` (or the older
 ``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>``; perfgate.mutations). An integer k >= 1 makes every
 timed iteration issue the collective k times, which divides bandwidth by k; a fractional
-k > 1 (e.g. 1.1, CPU only) busy-waits (k - 1) times each timed sample's own duration inside
-its timed region, so each sample takes k times as long. It
+k > 1 (e.g. 1.1, CPU only) waits (k - 1) times each timed call's own duration right after it,
+inside its timed region, so each call takes k times as long. It
 exists so the regression gate (and `perfgate ab`) can be shown to fire on a real slowdown;
 never set it otherwise.
 """
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -72,12 +85,15 @@ class SizeResult:
     iters: int
     bus_factor: float                # busbw = algbw * bus_factor(world size)
     time_us: list[float] = field(default_factory=list)  # this rank's time per call, per sample
-    # In-run reference, timed right after each sample by the same process group: one ring
-    # send/recv of the same bytes (each rank to the next), a single call per iteration. The ratio
-    # time_us / ref_us moves with the collective's own cost, not with the machine's load.
+    # In-run reference, timed right after each call of the op by the same process group: one ring
+    # send/recv of the same bytes (each rank to the next), its median call per sample. The ratio
+    # call_us / ref_us moves with the collective's own cost, not with the machine's load.
     ref_us: list[float] = field(default_factory=list)
     wrong: int = 0                   # mismatching output elements on this rank
     graph: bool = False
+    # The op's median call per sample (time_us is the mean): the numerator of time_over_p2p, as ref_us
+    # (also a median call) is its denominator. A CUDA graph replays its calls as one block: its mean.
+    call_us: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -175,10 +191,10 @@ def _slowdown() -> float:
 
 
 def _slowed(fn: Callable[[], None], k: float) -> Callable[[], None]:
-    """The test-only knob applied to ``fn``: k calls for an integer k. A fractional k is applied
-    once per timed sample instead (see ``_busy_wait``): a wait per collective would also count the
-    time a rank spent waiting for the other ranks' waits (the loop slowed by ~2x at k = 1.5 on
-    gloo), and a sleep per collective costs a scheduler wake-up each time on a busy machine."""
+    """The test-only knob applied to ``fn``: k calls for an integer k. A fractional k is applied to
+    each timed call by the timing loop instead (``_busy_wait`` after the call, inside its timed
+    region): the reference call that follows on every rank absorbs the small differences between
+    the ranks' waits, so the next call of the op does not count another rank's wait as its own."""
     return (lambda: [fn() for _ in range(int(k))]) if k == int(k) else fn
 
 
@@ -231,7 +247,7 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
     if device.type == "cuda":
         torch.cuda.synchronize()
     dist.barrier()
-    one = timer(run_once)
+    one = sorted(timer(run_once) for _ in range(5))[2]  # a median: one call may have waited out a core
     # agree on the iteration count, or ranks would wait on each other inside the loop
     est = torch.tensor([one], device=device, dtype=torch.float64)
     dist.all_reduce(est, op=dist.ReduceOp.MAX)
@@ -270,17 +286,20 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
         ctx.phase(f"{spec.op} {size} B sample {i}")
         if use_graph:  # the graph replays all iterations at once: the reference follows as a block
             res.time_us.append(timer(body) / iters * 1e6)
+            res.call_us.append(res.time_us[-1])
             res.ref_us.append(timer(lambda: [ref_once() for _ in range(iters)]) / iters * 1e6)
             continue
         # op and reference alternate call by call, so a core taken away for a few ms hits both
-        op_s = ref_s = 0.0
+        op_calls, ref_calls = [], []
         for _ in range(iters):
-            op_s += timer(run_once)
-            ref_s += timer(ref_once)
-        if not whole:  # the fractional knob: the sample's collectives take k times as long, in real time
-            op_s += timer(lambda: _busy_wait(op_s * (slowdown - 1)))
-        res.time_us.append(op_s / iters * 1e6)
-        res.ref_us.append(ref_s / iters * 1e6)
+            t = timer(run_once)
+            if not whole:  # the fractional knob: this call takes k times as long, in real time
+                t += timer(lambda: _busy_wait(t * (slowdown - 1)))
+            op_calls.append(t)
+            ref_calls.append(timer(ref_once))
+        res.time_us.append(sum(op_calls) / iters * 1e6)
+        res.call_us.append(statistics.median(op_calls) * 1e6)
+        res.ref_us.append(statistics.median(ref_calls) * 1e6)
     # correctness on fresh data, outside the timed region
     ctx.phase(f"{spec.op} {size} B check")
     inp.copy_(init)
