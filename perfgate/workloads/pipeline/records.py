@@ -28,7 +28,8 @@ RISE_SLACK = 0.05
 # (M 1 -> 16), not 1F1B (M 4 -> 16: a drop of 0.14 at PP=2). Below it only the direction is
 # asserted: the bubble must not grow with M (seen there: a 0.025 drop).
 CPU_MIN_THEORY_DROP = 0.3
-# perf.record options of a figure set by the model's structure (parameter counts), not by any machine.
+# perf.record options of a figure set by the model's structure (parameter counts), not by any machine:
+# never tainted by a busy machine, and like a count no tolerance (any change is another stage split).
 STRUCTURAL = {"depends": "nothing"}
 # Seed report (8x V100 PCIe, Megatron-Core 0.9.0), kept beside our numbers for the report.
 SEED = {
@@ -80,7 +81,7 @@ def bubble(case: Case, raw: LaunchRaw) -> list[Record]:
             Measured("stage_time_imbalance", s.busy_imbalance, "x", "lower"),
             # Deterministic (a ratio of parameter counts, not a timing): one sample, shown beside the timing
             # imbalance; it depends on nothing, so a busy machine never taints it (judge.policy.load_moves).
-            Measured("stage_param_imbalance", [series_mod.param_imbalance(raw.per_rank)], "x", "lower",
+            Measured("stage_param_imbalance", [series_mod.param_imbalance(raw.per_rank)], "x", "lower", tol=0.0,
                      options=STRUCTURAL),
             Attached("series", s.to_json()),
             Attached("stage_params", series_mod.stage_params(raw.per_rank)),
@@ -100,7 +101,7 @@ def megatron_bubble(case: Case, raw: LaunchRaw) -> list[Record]:
             Measured("tokens_per_s", s.tokens_per_s, "tok/s", "higher"),
             Measured("speedup_vs_pp1", paired_ratio(s.tokens_per_s, ref.tokens_per_s, truncate=True), "x", "higher"),
             Measured("stage_time_imbalance", s.busy_imbalance, "x", "lower"),
-            Measured("stage_param_imbalance", [series_mod.param_imbalance(raw.per_rank)], "x", "lower",
+            Measured("stage_param_imbalance", [series_mod.param_imbalance(raw.per_rank)], "x", "lower", tol=0.0,
                      options=STRUCTURAL),
             Attached("series", s.to_json()),
             Attached("pp1_series", ref.to_json()),
