@@ -197,26 +197,29 @@ def _suspect(r: MetricResult) -> bool:
     return r.gated and r.outcome in (Outcome.REGRESSION.value, Outcome.NOISY.value)
 
 
-# Re-measurements a suspect with too few samples to reach significance may take (MIN_SAMPLES_TO_DECIDE
-# samples of one a run need 4): enough for one-sample metrics, bounded for a test that records nothing new.
-MAX_REMEASURES_FOR_SAMPLES = MIN_SAMPLES_TO_DECIDE - 1
+# The samples a metric measured once a run is re-measured to, when it is a suspect or has no baseline yet:
+# twice the fewest that can reach significance (MIN_SAMPLES_TO_DECIDE), so that one disturbed round on either
+# side is outvoted (a 0.2 ms round preempted to 28 ms in a 5-round baseline left a 2x slowdown at p = 0.075
+# against 5 rounds, 0.038 against 10), at most this many re-measurements of one test.
+REMEASURED_SAMPLES = 2 * MIN_SAMPLES_TO_DECIDE
+MAX_REMEASURES_FOR_SAMPLES = REMEASURED_SAMPLES - 1
 
 
 def _too_few(r: MetricResult, rec: PerfRecorder) -> bool:
-    """A noisy suspect whose samples over every attempt so far cannot reach significance (one a run:
-    pytest-benchmark's pedantic rounds=1) is re-measured until they can, whatever --perf-retries says:
-    without it such a metric could only ever be ``noisy`` and never fail (issue 47)."""
+    """A noisy suspect with few samples over every attempt so far (one a run: pytest-benchmark's pedantic
+    rounds=1) is re-measured until it has REMEASURED_SAMPLES, whatever --perf-retries says: one sample can
+    only ever be ``noisy`` and never fail (issue 47); it stops as soon as its pooled verdict is not noisy."""
     return (r.gated and r.outcome == Outcome.NOISY.value and r.metric in rec.metrics
-            and len(rec.pooled(r.metric)) < MIN_SAMPLES_TO_DECIDE)
+            and len(rec.pooled(r.metric)) < REMEASURED_SAMPLES)
 
 
 def _thin_reference(r: MetricResult, rec: PerfRecorder, item: pytest.Item) -> bool:
-    """A pytest-benchmark test with no baseline yet that timed fewer rounds than a verdict needs is re-run
-    until it has them: the baseline it may become is then a median of 5, not one round taken on whatever
+    """A pytest-benchmark test with no baseline yet that timed fewer rounds than REMEASURED_SAMPLES is re-run
+    until it has them: the baseline it may become is then a median of 10, not one round taken on whatever
     the machine did at that moment (a 2 ms pedantic round read 25 ms on a busy 2-core VM). A perf test
     chooses its own samples (a served model started once), so this is for benchmark tests only."""
     return (r.outcome == Outcome.NEW.value and rec is benchmark_bridge.recorder_of(item) and r.metric in rec.metrics
-            and len(rec.pooled(r.metric)) < MIN_SAMPLES_TO_DECIDE)
+            and len(rec.pooled(r.metric)) < REMEASURED_SAMPLES)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -251,22 +254,27 @@ def _judge(item: pytest.Item, state: PerfState):
     try:
         watched, foreign = item.stash[_TAINT], item.stash[_FOREIGN]
         evaluated = _evaluate(state, rec, pooled=False, watched=watched, foreign_cores=foreign)
-        attempt = 0
+        attempt, pool = 0, False
         while (any(_suspect(r) for r in evaluated) and (
                 attempt < state.settings.retries
                 or (attempt < MAX_REMEASURES_FOR_SAMPLES and any(_too_few(r, rec) for r in evaluated)))
                or (attempt < MAX_REMEASURES_FOR_SAMPLES and any(_thin_reference(r, rec, item) for r in evaluated))):
             attempt += 1
+            # a metric of too few samples a run is judged on all its attempts from here on: one lucky round
+            # must not pass what 5 rounds would fail
+            pool = pool or any(_too_few(r, rec) or _thin_reference(r, rec, item) for r in evaluated)
             rec.new_attempt()
             state.runs.invalidate(item.nodeid)  # the re-run measures afresh what this test read
             with state.watch.window() as window:
                 item.runtest()  # re-measure: the same test body, a fresh set of samples
             again = window.reasons + state.runs.taint_of(item.nodeid)
             busy_again = _busiest(window.foreign_cores, state.runs.foreign_cores_of(item.nodeid))
-            evaluated = _evaluate(state, rec, pooled=False, watched=again, foreign_cores=busy_again)
             watched = watched + [r for r in again if r not in watched]
             foreign = _busiest(foreign, busy_again)
-        if len(rec.attempts) > 1 and any(_suspect(r) or r.outcome == Outcome.NEW.value for r in evaluated):
+            evaluated = _evaluate(state, rec, pooled=pool, watched=watched if pool else again,
+                                  foreign_cores=foreign if pool else busy_again)
+        if len(rec.attempts) > 1 and not pool and any(_suspect(r) or r.outcome == Outcome.NEW.value
+                                                      for r in evaluated):
             # every attempt's samples: for the verdict, or for the baseline a new metric may become
             evaluated = _evaluate(state, rec, pooled=True, watched=watched, foreign_cores=foreign)
     except (BaselineError, ValueError) as exc:
