@@ -57,10 +57,10 @@ def test_regressions_are_highlighted_and_listed_first(page):
                  if r.gated and r.outcome == "regression"}
     assert regressed  # the last run of this history failed on send_recv 16 MiB
     marked = {tuple(re.findall(r"<td[^>]*>(.*?)</td>", row)[:2])
-              for row in re.findall(r"<tr class=\"regression\">(.*?)</tr>", html)}
+              for row in re.findall(r"<tr class=\"regression\"[^>]*>(.*?)</tr>", html)}
     assert marked == regressed
     assert "tr.regression {" in html  # styled inline
-    first_row = re.search(r"<tr class=\"(\w+)\">", html).group(1)
+    first_row = re.search(r"<tr class=\"(\w+)\"", html).group(1)
     assert first_row == "regression"
     assert f"{len(regressed)} regression(s) in" in html
 
@@ -68,8 +68,41 @@ def test_regressions_are_highlighted_and_listed_first(page):
 def test_change_points_and_plots_are_there_and_nothing_is_fetched(page):
     out, html = page
     assert "test_send_recv[nccl-2gpu-16MiB]" in html.split("<h2>Change points")[1].split("<h2>Trends")[0]
-    images = re.findall(r"<img src=\"([^\"]+)\"", html)
-    assert sorted(images) == ["2xH200-NV18__test_send_recv_busbw_gbps.png", "2xH200-NV18__test_send_recv_time_us.png"]
-    for name in images:
-        assert matplotlib.image.imread(out / name).shape[1] > 400
-    assert not re.search(r"https?://|<script|<link", html)
+    trends_part = html.split("<h2>Trends</h2>")[1]
+    families = re.findall(r"<h4>(.*?)</h4>", trends_part)
+    assert families == ["2xH200-NV18: test_send_recv busbw_gbps (GB/s, higher is better)",
+                        "2xH200-NV18: test_send_recv time_us (us, lower is better)"]
+    panels = re.findall(r'<figure class="panel" data-key="([^"]+)">', trends_part)
+    assert len(panels) == trends_part.count('<svg class="plot"') and len(panels) >= 4
+    # every point says its run, commit and value on hover; no commit link without a repository URL
+    assert re.search(r"<title>2026-11-30 \d\d:\d\d commit [0-9a-f]{7,12}: median [0-9.]+ GB/s \(IQR ", trends_part)
+    assert "<a href" not in html
+    # nothing that a browser would fetch, and no address at all: style and script are inline
+    assert not re.search(r"https?://|\bsrc=|<link|url\(|@import", html), "the page refers to something outside"
+    assert list(out.iterdir()) == [out / "index.html"]
+
+
+def test_a_page_links_commits_to_the_configured_repository_escaped(tmp_path):
+    if not any(HISTORY[0].glob("ten-run-check-*.json*")):
+        pytest.skip(f"no real history at {HISTORY[0]}")
+    (tmp_path / "pyproject.toml").write_text('[tool.perfgate]\nrepository_url = "https://git.example/o/a&b"\n')
+    out = tmp_path / "page"
+    assert main(["report", *map(str, HISTORY), "--html", str(out), "--root", str(tmp_path), "-k", "16MiB"]) == 0
+    html = (out / "index.html").read_text(encoding="utf-8")
+    links = set(re.findall(r'<a href="([^"]+)"', html))
+    assert links and all(re.fullmatch(r"https://git\.example/o/a&amp;b/commit/[0-9a-f]{7,40}", u) for u in links)
+    assert main(["report", *map(str, HISTORY), "--html", str(out), "--root", str(tmp_path), "-k", "16MiB",
+                 "--repo-url", "https://other.example/x"]) == 0  # the option wins over the setting
+    assert "https://other.example/x/commit/" in (out / "index.html").read_text(encoding="utf-8")
+    for bad in ("javascript:alert(1)", 'https://x.example/"><script>', "https://user:pw@x.example/r"):
+        assert main(["report", *map(str, HISTORY), "--html", str(out), "--root", str(tmp_path), "--repo-url", bad]) == 2
+
+
+def test_a_page_made_with_include_tainted_says_tainted_runs_counted(tmp_path):
+    if not any(HISTORY[0].glob("ten-run-check-*.json*")):
+        pytest.skip(f"no real history at {HISTORY[0]}")
+    out = tmp_path / "page"
+    assert main(["report", *map(str, HISTORY), "--html", str(out), "--root", str(ROOT), "-k", "16MiB",
+                 "--include-tainted"]) == 0
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert "tainted runs counted (--include-tainted)" in html and "tainted runs left out" not in html

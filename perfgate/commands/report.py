@@ -3,21 +3,23 @@
 Each plot shows, per test id, the run medians over time with their interquartile range,
 the baseline as a band (median +- tolerance), tainted runs as hollow markers and the change
 points Apache Otava found (perfgate.report.changepoints). ``--out DIR`` writes the Markdown
-page (runs, change points, plots); ``--html DIR`` one static page (perfgate.report.html_page:
-per area the latest run's verdicts, regressions highlighted, then the change points and
-every plot; no server, no external resource), which the nightly job uploads.
+page (runs, change points, PNG plots); ``--html DIR`` one static page (perfgate.report.html_page:
+every machine with a selector, per area the latest run's verdicts, regressions highlighted, then
+the change points and every series as an SVG panel whose points show their values and link their
+commits (``--repo-url``); no server, nothing fetched), which the nightly job uploads.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import re
+import textwrap
 from pathlib import Path
 
 from perfgate.commands.trends import (add_detection_options, add_fail_on_worse, detect, exit_status, headline,
                                      history_name)
 from perfgate.report.textable import printable
-from perfgate.judge.config import load_settings
+from perfgate.judge.config import load_settings, repository_url
 from perfgate.report import changepoints, html_page, trends
 from perfgate.store import interrupts
 from perfgate.store.baselines import BaselineStore
@@ -37,6 +39,9 @@ def register(sub) -> None:
     p.add_argument("--html", type=Path, metavar="DIR", help="one static HTML page and its plots here")
     p.add_argument("--baselines", type=Path, help="baseline folder for the bands (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
+    p.add_argument("--repo-url", type=repository_url, metavar="URL",
+                   help="the repository's web address: the page links each commit as URL/commit/<sha> "
+                        "(default: [tool.perfgate] repository_url; none: commits are plain text)")
     add_detection_options(p)
     add_fail_on_worse(p)
     p.set_defaults(func=run)
@@ -56,12 +61,6 @@ def _tick(run: trends.Run) -> str:
     """'11-30 02:43' over the short commit: enough to find the run, short enough to read."""
     when = f"{run.created[5:10]} {run.created[11:16]}" if len(run.created) >= 16 else run.created
     return f"{when}\n{(run.commit or '?')[:7]}"
-
-
-def _band(series: trends.Series, base: float) -> tuple[float, float]:
-    if series.absolute:
-        return base - series.tol, base + series.tol
-    return base * (1 - series.tol), base * (1 + series.tol)
 
 
 def baseline_for(store: BaselineStore | None, s: trends.Series) -> tuple[float | None, str | None]:
@@ -95,7 +94,7 @@ def plot_family(series: list[trends.Series], found: list[changepoints.ChangePoin
         ys = [p.median for p in s.points]
         base, prov = baseline_for(store, s)
         if base is not None:
-            lo, hi = _band(s, base)
+            lo, hi = s.band(base)
             ax.axhspan(lo, hi, color="tab:green", alpha=0.15, lw=0,
                        label=f"baseline ± {s.tol:.3g}" if s.absolute else f"baseline ± {s.tol:.0%}")
             ax.axhline(base, color="tab:green", ls="--", lw=1)
@@ -137,7 +136,8 @@ def plot_family(series: list[trends.Series], found: list[changepoints.ChangePoin
                 ax.set_xticks(ticks[::step])
                 ax.set_xticklabels([_tick(runs[i]) for i in ticks[::step]], fontsize=6, rotation=30, ha="right")
     first = series[0]
-    fig.suptitle(f"{title}  ({first.unit}, {first.better} is better)", fontsize=11)
+    heading = f"{title}  ({first.unit}, {first.better} is better)"  # wrapped: a long one overran both edges
+    fig.suptitle("\n".join(textwrap.wrap(heading, max(int(4.4 * cols * 72 / 6.6), 30))), fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -213,9 +213,10 @@ def run(args: argparse.Namespace) -> int:
     outs = [d for d in (args.out, args.html) if d is not None] or [(first if first.is_dir() else first.parent) / "report"]
     with interrupts.writing(f"the report in {', '.join(map(str, outs))}", hold=False):  # Ctrl-C stops the plots
         if args.html is not None:
-            pngs = write_plots(args.html, runs, series, found, store)
-            page = html_page.write(args.html / "index.html", history, runs, found, pngs)
-            print(f"wrote {page} and {len(pngs)} plot(s) in {args.html}")
+            page = html_page.write(args.html / "index.html", history, runs, series, found,
+                                   lambda s: baseline_for(store, s), include_tainted=args.include_tainted,
+                                   repository_url=args.repo_url or settings.repository_url)
+            print(f"wrote {page}: {len({r.hardware_id for r in runs})} machine(s), {len(series)} plot(s)")
         if args.out is not None or args.html is None:
             out = outs[0]
             pngs = write_plots(out, runs, series, found, store)

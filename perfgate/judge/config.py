@@ -6,6 +6,7 @@ anything is measured.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,7 @@ class Settings:
     sources: list[str] = field(default_factory=list)
     gross_change: GuardSettings = field(default_factory=GuardSettings)  # perfgate.judge.guard
     tolerances_id: str | None = None  # whose <baselines>/<id>/tolerances.toml was read: this id's or its family's
+    repository_url: str | None = None  # where a report links a run's commit (`<url>/commit/<sha>`)
 
     def __post_init__(self):  # Settings(overrides={...}) in tests and tools: the same table
         self.overrides, self.record_only = PatternTable(self.overrides), PatternTable(self.record_only)
@@ -80,6 +82,17 @@ def _number(value, where: str) -> float:
     return float(value)
 
 
+def repository_url(value: object) -> str:
+    """The web address of the code's repository, where a report links commits: an http(s) URL with a host
+    and nothing a page could not hold as plain text (no spaces, quotes or control characters)."""
+    text = value.strip() if isinstance(value, str) else ""
+    if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?", text) or \
+            "'" in text or len(text) > 500:
+        raise ValueError(f"{str(value)[:100]!r} is not a repository's web address: give it as "
+                         f"https://host/owner/name (a commit is linked as <address>/commit/<sha>)")
+    return text.rstrip("/")
+
+
 def _read_toml(path: Path) -> dict:
     return read_toml(path, fix="fix the syntax (UTF-8 TOML)", error=ConfigError)
 
@@ -95,10 +108,16 @@ def _table(value, where: str) -> dict:
 
 
 def _apply(settings: Settings, table: dict, where: str) -> None:
-    known = {"baselines", "retries", "gate", "tolerances", "overrides", "record_only", "gross_change"}
+    known = {"baselines", "retries", "gate", "tolerances", "overrides", "record_only", "gross_change",
+             "repository_url"}
     unknown = set(table) - known
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+    if "repository_url" in table:
+        try:
+            settings.repository_url = repository_url(table["repository_url"])
+        except ValueError as exc:
+            raise ConfigError(f"{where}.repository_url: {exc}") from None
     if "retries" in table:
         r = table["retries"]
         if isinstance(r, bool) or not isinstance(r, int) or r < 0:

@@ -70,6 +70,17 @@ class Series:
         """Fractions use absolute tolerances (0.30 -> 0.33 is 0.03), everything else relative."""
         return self.unit == "fraction"
 
+    def band(self, base: float) -> tuple[float, float]:
+        """The baseline's tolerance band as a plot draws it: ``base`` +- tol (absolute for fractions,
+        relative otherwise). A relative band of a series that never goes below zero stops at zero: a
+        ratio with tol 1.5 around 1.07 was drawn down to -0.54, where no run of it can be."""
+        if self.absolute:
+            return base - self.tol, base + self.tol
+        lo, hi = base * (1 - self.tol), base * (1 + self.tol)
+        if base >= 0 and all(p.q1 >= 0 for p in self.points):
+            lo = max(lo, 0.0)
+        return lo, hi
+
     @property
     def family(self) -> str:
         """What one plot shows: one test function and one metric, e.g. ``test_all_reduce busbw_gbps``."""
