@@ -1,7 +1,7 @@
 """The GPUs' busy share during a serving phase (perfgate.machine.gpu_busy) and where it goes.
 
 No GPU here: the NVML part must give no figure and a reason, never an error; the arithmetic on
-samples and the serving reduce that carries the share beside the timings are tested directly.
+samples and the serving latency records that carry the share beside the timings are tested directly.
 """
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 from perfgate.machine import gpu_busy
 from perfgate.workloads import serving
-from perfgate.workloads.area import Case
 from perfgate.workloads.serving.serving_metrics import summarize
 
 
@@ -44,18 +43,16 @@ def _summary(busy):
     return summarize(records, 0.07, gpu_busy_samples=() if busy is None else (round(busy * 100),) * 3)
 
 
-def test_the_reduce_carries_the_busy_share_beside_the_timings():
-    case = Case("gpu", serving.GPU_PROFILE, ("1gpu", "vllm"))
-    got = serving.AREA.reduce(case, serving.LatencyRuns([_summary(0.97), _summary(0.95)], "x_"))
+def test_the_latency_records_carry_the_busy_share_beside_the_timings():
+    got = serving.latency_records([_summary(0.97), _summary(0.95)], "x_")
     by_name = {r.name: r for r in got}
     assert by_name["x_gpu_busy_fraction"].samples == [0.97, 0.95]
     assert by_name["x_tpot_ms"].options["device_busy"] == pytest.approx(0.96)
     assert by_name["x_ttft_ms"].options["device_busy"] == pytest.approx(0.96)
 
 
-def test_off_gpu_the_reduce_records_what_it_did_before():
-    case = Case("cpu", serving.CPU_PROFILE, ("cpu", "vllm"))
-    got = serving.AREA.reduce(case, serving.LatencyRuns([_summary(None)]))
+def test_off_gpu_the_latency_records_carry_no_busy_share():
+    got = serving.latency_records([_summary(None)])
     assert not any(r.name.endswith("gpu_busy_fraction") for r in got)
     assert all(not r.options for r in got)
 
@@ -69,11 +66,9 @@ def test_runs_too_short_for_a_share_pool_their_samples():
                     "end_s": 0.07, "prompt_tokens": 8, "output_tokens": 3}]
         return summarize(records, 0.07, gpu_busy_samples=percents)
 
-    case = Case("gpu", serving.GPU_PROFILE, ("1gpu", "vllm"))
-    got = {r.name: r for r in serving.AREA.reduce(case, serving.LatencyRuns([short((96,)), short((90,)),
-                                                                             short((93,))], "c_"))}
+    got = {r.name: r for r in serving.latency_records([short((96,)), short((90,)), short((93,))], "c_")}
     assert got["c_gpu_busy_fraction"].samples == [pytest.approx(0.93)]
     assert got["c_tpot_ms"].options["device_busy"] == pytest.approx(0.93)
-    too_few = serving.AREA.reduce(case, serving.LatencyRuns([short((96,)), short(())], "c_"))
+    too_few = serving.latency_records([short((96,)), short(())], "c_")
     assert not any(r.name.endswith("gpu_busy_fraction") for r in too_few)
     assert gpu_busy.pooled_share([50, 100, 150]) == 1.0  # NVML's odd > 100 % readings are clamped

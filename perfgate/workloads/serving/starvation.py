@@ -5,7 +5,7 @@ run: it then reads every token of an answer in one piece (median TPOT ~0, TTFT =
 our generator and `vllm bench serve` alike (docs/serving.md). No vLLM step takes under
 STARVED_MS, so a median TPOT or ITL below it is starvation, not speed. The serving tests
 ask here whether a run was starved and re-run starved runs through :func:`unstarved_runs`,
-so the rule is written once.
+so the rule is written once; a measurement whose every run was starved raises :class:`AllStarved`.
 """
 from __future__ import annotations
 
@@ -33,6 +33,11 @@ def unstarved_runs(run: Callable[[int], T], is_starved: Callable[[T], bool], *, 
         if not is_starved(result):
             kept.append(result)
     return kept, every
+
+
+class AllStarved(Exception):
+    """Every repetition had a client starved of CPU: the machine measured nothing now. Not a failure of
+    the system under test: the perf test skips with this reason (perf/serving/conftest.py)."""
 
 
 def skip_reason(runs: int, what: str) -> str:
