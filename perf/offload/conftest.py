@@ -8,7 +8,8 @@ from PERFGATE_EXPERT_FILE_GIB, default 3 GiB, capped by free disk and RAM) in py
 
 Every test reads with the page cache dropped; `cache_drop` checks once per session, with mincore,
 that dropping really empties the file's pages here (it cannot on tmpfs: the suite skips, saying
-so).
+so). Tests take `offload_io`, what the offload area measures with
+(perfgate.workloads.offload.measurements.OffloadSource), and run `AREA.run(offload_io, case)`.
 """
 from __future__ import annotations
 
@@ -94,3 +95,47 @@ def direct_expert_reader(expert_layout, cache_drop):
 def device_probe(expert_file, cache_drop):
     with DeviceProbe(expert_file["path"], direct=False, seed=3) as probe:
         yield probe
+
+
+class OffloadIO:
+    """The offload area's OffloadSource from this session's fixtures, each got when a measurement first
+    asks (a test that reads no O_DIRECT never opens that reader; where O_DIRECT is refused, only the
+    tests that need it skip)."""
+
+    def __init__(self, request: pytest.FixtureRequest):
+        self._request = request
+
+    def _get(self, name: str):
+        return self._request.getfixturevalue(name)
+
+    @property
+    def file(self) -> dict:
+        return self._get("expert_file")
+
+    @property
+    def layout(self):
+        return self._get("expert_layout")
+
+    @property
+    def cache_drop(self) -> dict:
+        return self._get("cache_drop")
+
+    @property
+    def probe(self) -> DeviceProbe:
+        return self._get("device_probe")
+
+    def reader(self, io: str) -> ExpertReader:
+        return self._get("expert_reader" if io == "buffered" else "direct_expert_reader")
+
+    def need_direct_io(self, purpose: str) -> None:
+        from perfgate.workloads.offload.page_cache import direct_io_supported
+
+        ok, why = direct_io_supported(self.file["path"])
+        if not ok:
+            pytest.skip(f"{why}: {purpose}")
+
+
+@pytest.fixture
+def offload_io(request) -> OffloadIO:
+    return OffloadIO(request)
+

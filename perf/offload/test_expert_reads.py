@@ -5,7 +5,8 @@ per layer; the same 24 segments as independent reads took 7.6 ms (ratio 0.60). H
 comparison is measured in one run, the two strategies interleaved sample by sample, and the gated
 metric is the ratio of their medians per round (parallel / sequential, lower is better).
 Absolute latencies and MB/s are recorded beside it. Strategies, rounds, the check that every
-strategy delivers the file's bytes, and the ratios: perfgate.workloads.offload (measure, reduce).
+strategy delivers the file's bytes, and the ratios: perfgate.workloads.offload.measurements
+(``read_measure``, ``read_reduce``).
 """
 from __future__ import annotations
 
@@ -13,23 +14,19 @@ from fixtures.cases import parametrize, record
 from perfgate.workloads.offload import AREA
 
 
-def _reader(request, io: str):
-    return request.getfixturevalue("expert_reader" if io == "buffered" else "direct_expert_reader")
-
-
 @parametrize(AREA, "expert_read")
-def test_expert_read(perf, request, case):
+def test_expert_read(perf, offload_io, case):
     """One expert: 3 sequential preads on one thread vs the 3 segments on 3 threads."""
-    record(perf, AREA.run(_reader(request, case.values.io), case))
+    record(perf, AREA.run(offload_io, case))
 
 
 @parametrize(AREA, "layer_read")
-def test_layer_read(perf, request, case):
+def test_layer_read(perf, offload_io, case):
     """k missed experts of one layer: k threads x 3 sequential segments vs 3k reads on `threads` threads."""
-    record(perf, AREA.run(_reader(request, case.values.io), case))
+    record(perf, AREA.run(offload_io, case))
 
 
 @parametrize(AREA, "split_read")
-def test_split_read(perf, expert_reader, case):
+def test_split_read(perf, offload_io, case):
     """Each segment in `split` chunks (the seed's SDQ_IO_SPLIT, a negative result there) vs whole segments."""
-    record(perf, AREA.run(expert_reader, case))
+    record(perf, AREA.run(offload_io, case))
