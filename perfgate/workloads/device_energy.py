@@ -92,6 +92,25 @@ class EnergyMeter:
             raise EnergyUnavailable(f"NVML's energy counter read {first!r}")
         return cls(lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle), poll_s)
 
+    @classmethod
+    def for_visible_gpus(cls, poll_s: float = 0.020) -> "EnergyMeter":
+        """Every GPU this process may use (CUDA_VISIBLE_DEVICES honoured, matched by UUID), their
+        counters summed: a served model can span several GPUs of a process perfgate does not control."""
+        from perfgate.machine import hardware
+
+        uuids = [g["uuid"] for g in hardware.fingerprint()["gpus"] if g.get("uuid")]
+        if not uuids:
+            raise EnergyUnavailable("no GPU with a known UUID is visible here")
+        nvml = _nvml()
+        try:
+            handles = [nvml.nvmlDeviceGetHandleByUUID(u) for u in uuids]
+            first = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles]
+        except Exception as exc:  # noqa: BLE001
+            raise EnergyUnavailable(f"this GPU's driver keeps no energy counter: {exc}") from exc
+        if any(not isinstance(v, int) or v < 0 for v in first):
+            raise EnergyUnavailable(f"NVML's energy counters read {first!r}")
+        return cls(lambda: sum(nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in handles), poll_s)
+
     def _sample(self) -> None:
         value = float(self._read())
         now = self._clock()

@@ -25,6 +25,7 @@ start of the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import time
@@ -34,6 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from perfgate.machine.gpu_busy import busy_window, pooled_share
+from perfgate.workloads import device_energy
 from perfgate.workloads.serving.prometheus_counters import EngineCounters, EngineTimes
 from perfgate.workloads.serving.server_memory import memory_phase
 
@@ -130,6 +132,10 @@ class LoadResult:
     spec_summary: dict
     gpu_busy_samples: tuple[int, ...] = ()  # the busiest GPU's NVML samples (percent) while it ran; () off-GPU
     engine: EngineTimes | None = None  # the engine's own clocks over the run (run_load); None: see there
+    window_s: tuple[float, float] | None = None  # first send and last end, on time.perf_counter
+    # the joules every visible GPU used from the first send to the last end (device_energy); None off-GPU,
+    # where the counter cannot be read, or when the run shared its window with another load
+    energy_j: float | None = None
 
     @property
     def gpu_busy(self) -> float | None:
@@ -245,7 +251,8 @@ async def run_load_async(spec: LoadSpec) -> LoadResult:
     duration = (max(ends) if ends else max(sends)) - min(sends)
     summary = {"n": len(records), "max_concurrency": spec.max_concurrency, "rate_rps": spec.rate_rps,
                "burstiness": spec.burstiness, "ignore_eos": spec.ignore_eos, "seed": spec.seed}
-    return LoadResult(records=records, duration_s=duration, spec_summary=summary)
+    return LoadResult(records=records, duration_s=duration, spec_summary=summary,
+                      window_s=(t0 + min(sends), t0 + min(sends) + duration))
 
 
 ENGINE_SETTLE_S = 2.0  # how long the finished requests' histograms may lag the last token the client read
@@ -289,9 +296,32 @@ def run_loads_concurrently(specs: Sequence[LoadSpec]) -> list[LoadResult]:
     result carries the busy share of the one window they shared (perfgate.machine.gpu_busy)."""
     async def _all():
         return await asyncio.gather(*(run_load_async(s) for s in specs))
-    with busy_window() as busy, memory_phase(" + ".join(s.describe() for s in specs)):
+    with busy_window() as busy, memory_phase(" + ".join(s.describe() for s in specs)), _energy_meter() as meter:
         results = list(asyncio.run(_all()))
-    return [replace(r, gpu_busy_samples=busy.percents) for r in results]
+        energy = _energy_of(meter, results[0]) if meter is not None and len(results) == 1 else None
+    return [replace(r, gpu_busy_samples=busy.percents, energy_j=energy) for r in results]
+
+
+@contextlib.contextmanager
+def _energy_meter():
+    """The visible GPUs' energy counter read while the load runs (perfgate.workloads.device_energy), or
+    None where there is none to read (a CPU machine, a driver without the counter)."""
+    try:
+        meter = device_energy.EnergyMeter.for_visible_gpus()
+    except device_energy.EnergyUnavailable:
+        yield None
+        return
+    with meter:
+        yield meter
+
+
+def _energy_of(meter, result: LoadResult) -> float | None:
+    """Joules from the run's first send to its last end, or None (no requests, or a counter that did not
+    advance across the run)."""
+    if result.window_s is None:
+        return None
+    got = meter.joules_each([result.window_s])
+    return got[0] if got else None
 
 
 # ---- workloads -------------------------------------------------------------------------------

@@ -90,6 +90,11 @@ def latency_records(summaries: Sequence[ServingSummary], prefix: str = "", *, it
     itl_values = [s.itl_ms.percentiles[itl] for s in summaries if s.itl_ms.n]
     if itl_values:
         out.append(Measured(f"{prefix}itl_{itl}_ms", itl_values, "ms", "lower", options=timing))
+    # on a GPU: each run's joules per output token (every visible GPU, first send to last end;
+    # loadgen.LoadResult.energy_j), beside the timings with their busy share
+    energy = [s.energy_j_per_output_token for s in summaries]
+    if energy and all(e is not None for e in energy):
+        out.append(Measured(f"{prefix}energy_j_per_token", energy, "J/tok", "lower", options=timing))
     return out + busy
 
 

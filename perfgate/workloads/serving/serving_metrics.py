@@ -85,6 +85,15 @@ class ServingSummary:
     gpu_busy_samples: tuple[int, ...] = field(repr=False, default=())
     # the engine core's own clocks over the run (loadgen.run_load; prometheus_counters.EngineTimes), or None
     engine: EngineTimes | None = field(repr=False, default=None)
+    # every visible GPU's joules over the run (loadgen.LoadResult.energy_j), or None off-GPU
+    energy_j: float | None = field(repr=False, default=None)
+
+    @property
+    def energy_j_per_output_token(self) -> float | None:
+        """The GPUs' joules over the run per output token it served, or None (no energy or no tokens)."""
+        if self.energy_j is None or not self.energy_j > 0 or self.output_tokens <= 0:
+            return None
+        return self.energy_j / self.output_tokens
 
     @property
     def gpu_busy(self) -> float | None:
@@ -117,7 +126,7 @@ def _stats(values: Sequence[float], percentiles: Iterable[float]) -> LatencyStat
 
 def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
               percentiles: Sequence[float] = DEFAULT_PERCENTILES, gpu_busy_samples: Sequence[int] = (),
-              engine: EngineTimes | None = None) -> ServingSummary:
+              engine: EngineTimes | None = None, energy_j: float | None = None) -> ServingSummary:
     """Records (+ the run's duration, and the GPUs' utilization samples and the engine's own clocks while
     it ran, where measured) -> latency statistics, throughputs and goodput."""
     if not duration_s > 0 or not math.isfinite(duration_s):
@@ -160,14 +169,14 @@ def summarize(records: Sequence[Any], duration_s: float, slo: Slo | None = None,
         goodput_rps=None if slo is None else good / duration_s,
         slo_attainment=None if slo is None else (good / total if total else float("nan")),
         ttft_ms_values=ttft, tpot_ms_values=tpot, e2el_ms_values=e2el, decode_tok_s_values=decode,
-        gpu_busy_samples=tuple(gpu_busy_samples), engine=engine)
+        gpu_busy_samples=tuple(gpu_busy_samples), engine=engine, energy_j=energy_j)
 
 
 def summarize_run(result: Any, slo: Slo | None = None) -> ServingSummary:
     """:func:`summarize` of one load run (loadgen.LoadResult): its records, duration, busy samples and
     the engine's clocks."""
     return summarize(result.records, result.duration_s, slo=slo, gpu_busy_samples=result.gpu_busy_samples,
-                     engine=result.engine)
+                     engine=result.engine, energy_j=getattr(result, "energy_j", None))
 
 
 def highest_rate_meeting_slo(attainment_by_rate: Mapping[float, float], min_attainment: float) -> float:
