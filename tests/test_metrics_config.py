@@ -178,3 +178,17 @@ def test_a_run_is_judged_by_every_sample_not_its_first_200():
     slow_after_200 = _judged(fast(2000), fast(200) + slow(1800))
     assert slow_after_200.outcome == "regression", slow_after_200.verdict
     assert slow_after_200.summary.median == pytest.approx(2e-3, rel=0.03)
+
+
+def test_a_baseline_written_before_quantiles_is_judged_by_its_median_of_every_sample():
+    """Files written before issue 47 stored a run's first 200 samples (here its slow warm-up) beside the
+    median of all of them; they load as they are, and the level a run is judged against is that median."""
+    from perfgate.store.baselines import BaselineEntry
+
+    old = {"median": 1e-3, "mad": 1e-5, "n": 5000, "samples": [2e-3 + i * 1e-7 for i in range(200)]}
+    entry = BaselineEntry(unit="s", better="lower", summary=Summary.from_dict(old), tol=None, provenance="measured")
+    same_speed = Metric("time_s", "s", "lower", summarize([1e-3 * (1 + 0.001 * (i % 7)) for i in range(3000)]))
+    got = evaluate("bench/t.py::test_x", same_speed, Choice(entry, "1xH200", False, None),
+                   Context.of(Settings(baselines=Path("baselines")), "1xH200"))
+    assert got.outcome in ("pass", "improved") and got.verdict["baseline_median"] == 1e-3, got.verdict
+    assert "5,000 in the baseline (200 stored)" in got.verdict["explanation"]
