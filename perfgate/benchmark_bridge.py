@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 import pytest
 
+from perfgate.node_ids import perf_test_id
 from perfgate.recorder import PerfRecorder
 
 METRIC = "time_s"
@@ -204,7 +205,7 @@ class _Bridge:
             return (yield)
         rec = funcargs.get("perf")
         if not isinstance(rec, PerfRecorder):
-            rec = item.stash[RECORDER] = PerfRecorder(item.nodeid)
+            rec = item.stash[RECORDER] = PerfRecorder(perf_test_id(item))
         funcargs["benchmark"] = GatedBenchmark(fixture, rec, self.config, item)
         try:
             return (yield)

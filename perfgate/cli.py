@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     command = "?"
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        try:  # every option is checked here, as parsed (perfgate.options.number), before a command starts
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse said what is wrong (exit 2) or printed --help (0)
+            return exc.code if isinstance(exc.code, int) else 2
         command = args.command
         rc = int(args.func(args) or 0)
         if old:
@@ -110,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:  # our errors carry the file and the fix
         if old:
             _ignore_signals()
-        print(f"perfgate {command}: error: {exc}", file=sys.stderr)
+        from perfgate.report.errors import os_error
+
+        said = f"{os_error(exc)}; check that path and its permissions, then re-run" if isinstance(exc, OSError) else exc
+        print(f"perfgate {command}: error: {said}", file=sys.stderr)
         return 2
     finally:
         if old:

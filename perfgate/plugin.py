@@ -26,7 +26,7 @@ import threading
 
 import pytest
 
-from perfgate import benchmark_bridge
+from perfgate import benchmark_bridge, node_ids
 from perfgate.judge.config import ConfigError
 from perfgate.judge.gate import evaluate
 from perfgate.judge.policy import load_moves
@@ -87,6 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
     benchmark_bridge.register(config)
     if worker:
         handed = config.workerinput.get(WORKER_KEY) or {}
+        node_ids.set_fallback(config, handed.get("id_root"))  # ids as the controller's (perfgate.node_ids)
         state.started_wall = handed.get("started_wall", state.started_wall)
         state.tainted = list(handed.get("tainted", []))
         return
@@ -115,7 +116,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_configure_node(node) -> None:
     """xdist: workers count the budget from the controller's start and share its taint verdict."""
     state = node.config.stash[_STATE]
-    node.workerinput[WORKER_KEY] = {"started_wall": state.started_wall, "tainted": state.tainted}
+    node.workerinput[WORKER_KEY] = {"started_wall": state.started_wall, "tainted": state.tainted,
+                                    "id_root": str(node_ids.fallback(node.config))}
 
 
 _UNKNOWN_MARKER = re.compile(r"'([^']+)' not found in `markers` configuration option")
@@ -161,7 +163,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture
 def perf(request: pytest.FixtureRequest) -> PerfRecorder:
     """Record measurements: ``perf.record(name, samples, unit=..., better=...)``."""
-    return PerfRecorder(request.node.nodeid)
+    return PerfRecorder(node_ids.perf_test_id(request.node))
 
 
 @pytest.fixture(scope="session")

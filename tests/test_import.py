@@ -110,9 +110,13 @@ def test_vllm_bench_open_loop_runs_are_left_out(tmp_path, capsys):
     doc.update(request_rate=8.0)
     path = tmp_path / "rate8.json"
     path.write_text(json.dumps(doc))
-    store = _import(tmp_path, "vllm-bench", path, "--hardware-id", "cpu-Test-2c")
-    assert "only closed-loop runs" in capsys.readouterr().out
-    assert store.load("cpu-Test-2c", "serving") == {}
+    rc = main(["import", "vllm-bench", str(path), "--hardware-id", "cpu-Test-2c", "--baselines", str(tmp_path / "b"),
+               "--root", str(tmp_path)])
+    out = capsys.readouterr()
+    assert "only closed-loop runs" in out.out
+    # like `perfgate refresh`, an import that writes nothing does not exit 0 (issue 49)
+    assert rc == 1 and "perfgate import: nothing written: every row of the files was left out (above)" in out.err
+    assert BaselineStore(tmp_path / "b").load("cpu-Test-2c", "serving") == {}
 
 
 BENCH = """

@@ -294,11 +294,16 @@ def test_perf_save_inside_the_baselines_root_is_refused(project):
     assert not (project.path / "baselines").exists()
 
 
-@pytest.mark.parametrize("where", ["/proc/perfgate-x.json", "under-a-file"])
+def test_a_perf_save_under_a_file_is_refused_before_the_run(project):
+    (project.path / "plain.txt").write_text("x")
+    where = str(project.path / "plain.txt" / "r.json")
+    res = project.runpytest(f"--perf-hardware-id={HW}", f"--perf-save={where}", "-p", "no:cacheprovider")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR  # as parsed, before any test (issue 49), not after the run
+    assert f"argument --perf-save: {where!r}: {project.path / 'plain.txt'} is not a folder" in res.stderr.str()
+
+
+@pytest.mark.parametrize("where", ["/proc/perfgate-x.json"])
 def test_a_failing_perf_save_is_one_line_under_the_report(project, where):
-    if where == "under-a-file":
-        (project.path / "plain.txt").write_text("x")
-        where = str(project.path / "plain.txt" / "r.json")
     res = project.runpytest(f"--perf-hardware-id={HW}", f"--perf-save={where}", "-p", "no:cacheprovider")
     assert res.ret == pytest.ExitCode.TESTS_FAILED
     text = "\n".join(res.outlines)

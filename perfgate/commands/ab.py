@@ -23,8 +23,9 @@ import numpy as np
 
 from perfgate.judge import ab_stats
 from perfgate.store import results as results_mod
-from perfgate.judge.metrics import summarize
+from perfgate.judge.metrics import MAX_TOLERANCE, summarize
 from perfgate.commands import pytest_run
+from perfgate.options import number, output_file, output_folder
 from perfgate.report.run_report import metric_table, regression_line
 from perfgate.report.textable import stdout_width
 from perfgate.store.results import MetricResult, area_of
@@ -49,15 +50,29 @@ class OutOfTime(ABError):
                          f"~{needed_s:.0f} s at the pace so far, {max(left_s, 0):.0f} s are left of the time limit")
 
 
-def time_limit(text: str) -> float:
-    """``--time-limit`` in seconds: a positive finite number."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (value > 0 and value < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text!r}: the time limit must be a positive number of seconds")
+# The numbers `perfgate ab` and `perfgate power` take, checked as parsed (options.number), before a round runs.
+time_limit = number("the time limit in seconds", above=0)
+_at_least_rounds = number("the rounds", at_least=ab_stats.MIN_ROUNDS + ab_stats.MIN_ROUNDS % 2, whole=True,
+                          also=", even")
+
+
+def rounds(text: str) -> int:
+    """``--rounds``: even, at least MIN_ROUNDS. Measured: an A = A run of 3 rounds (A B, B A, A B) read B/A
+    1.175 [1.160, 1.189] on a quiet machine. Whichever side runs second in a round pays (or gains) the same;
+    with as many B-first as A-first rounds that position effect cancels in the geometric mean."""
+    value = _at_least_rounds(text)
+    if value % 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: the rounds must be even, so that each side "
+                                         f"goes first in as many rounds as the other (the position in a round "
+                                         f"biases B/A)")
     return value
+
+
+rounds.allowed = _at_least_rounds.allowed + ", even"
+
+
+threshold = number("the threshold (a worsening: 0.03 is 3 %)", at_least=0, at_most=MAX_TOLERANCE)
+confidence = number("the confidence", above=0, below=1)
 
 
 def register(sub) -> None:
@@ -67,15 +82,15 @@ def register(sub) -> None:
     p.add_argument("--b-python", type=Path, help="interpreter for B (default: this one)")
     p.add_argument("--a-env", action="append", default=[], metavar="K=V", help="environment variable for A (repeat)")
     p.add_argument("--b-env", action="append", default=[], metavar="K=V", help="environment variable for B (repeat)")
-    p.add_argument("--rounds", type=int, default=8, help=f"rounds of A+B (default 8): an even number (each side goes first in half of "
+    p.add_argument("--rounds", type=rounds, default=8, help=f"rounds of A+B (default 8): an even number (each side goes first in half of "
                         f"them), at least {ab_stats.MIN_ROUNDS + ab_stats.MIN_ROUNDS % 2}")
-    p.add_argument("--threshold", type=float, default=ab_stats.DEFAULT_THRESHOLD,
+    p.add_argument("--threshold", type=threshold, default=ab_stats.DEFAULT_THRESHOLD,
                    help="a regression's whole interval lies beyond this worsening (default 0.03 = 3%%)")
-    p.add_argument("--confidence", type=float, default=ab_stats.DEFAULT_CONFIDENCE,
+    p.add_argument("--confidence", type=confidence, default=ab_stats.DEFAULT_CONFIDENCE,
                    help="level of the two-sided Student t interval over rounds of the mean log ratio B/A "
                         "(default 0.95)")
-    p.add_argument("--save", type=Path, help="write the A/B results JSON here")
-    p.add_argument("--keep", type=Path, help="keep each round's results JSON in this folder")
+    p.add_argument("--save", type=output_file, help="write the A/B results JSON here")
+    p.add_argument("--keep", type=output_folder, help="keep each round's results JSON in this folder")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
     p.add_argument("--time-limit", type=time_limit, metavar="SECONDS",
@@ -205,18 +220,6 @@ def measure(sides: dict[str, tuple[str, dict[str, str]]], rounds: int, pytest_ar
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rounds < ab_stats.MIN_ROUNDS:
-        raise ABError(f"--rounds must be >= {ab_stats.MIN_ROUNDS}: an interval over fewer rounds says nothing")
-    if args.rounds % 2:
-        # Measured: an A = A run of 3 rounds (A B, B A, A B) read B/A 1.175 [1.160, 1.189] on a quiet
-        # machine. Whichever side runs second in a round pays (or gains) the same; with as many
-        # B-first as A-first rounds that position effect cancels in the geometric mean.
-        raise ABError(f"--rounds must be even (got {args.rounds}): each side must go first in as many rounds "
-                      f"as the other, or the position in the round biases B/A")
-    if not 0 < args.confidence < 1:
-        raise ABError(f"--confidence must be between 0 and 1, got {args.confidence}")
-    if not args.threshold >= 0:
-        raise ABError(f"--threshold must be >= 0, got {args.threshold}")
     pytest_args = split_args(list(args.pytest_args))
     sides = {"a": (_python(args.a_python, "a"), parse_env(args.a_env, "a")),
              "b": (_python(args.b_python, "b"), parse_env(args.b_env, "b"))}

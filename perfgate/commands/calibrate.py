@@ -53,6 +53,7 @@ from perfgate.judge.gate import tolerance
 from perfgate.judge.held_out import HeldOut, leave_one_out, sitting_note, worst
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.judge.metrics import MAX_TOLERANCE, summarize
+from perfgate.options import number, output_folder
 from perfgate.report.run_report import fmt_number, short_id
 from perfgate.report.textable import Column, Line, render, stdout_width, wrap_words
 from perfgate.store.results import area_of
@@ -73,14 +74,20 @@ def register(sub) -> None:
     p.add_argument("--from", dest="saved", nargs="+", type=Path, metavar="RESULTS",
                    help="calibrate from these saved results files (pytest --perf-save; .json or .json.gz; at "
                         "least 2, e.g. one per lease) instead of running pytest")
-    p.add_argument("--runs", type=int, help="fresh pytest runs (default 5; at least 3)")
-    p.add_argument("--k", type=float, default=3.0, help="tolerance = max(floor, k * spread) (default 3)")
-    p.add_argument("--floor", type=float, default=DEFAULT_FLOOR,
+    # every number checked as parsed, before a run starts (options.number): --k nan once ran N sessions
+    p.add_argument("--runs", type=number("the runs", at_least=3, whole=True),
+                   help="fresh pytest runs (default 5; at least 3: a spread of fewer run medians is no spread)")
+    p.add_argument("--k", type=number("k", above=0), default=3.0,
+                   help="tolerance = max(floor, k * spread) (default 3)")
+    p.add_argument("--floor", type=number("the floor", at_least=0, at_most=MAX_TOLERANCE), default=DEFAULT_FLOOR,
                    help=f"smallest relative tolerance proposed (default {DEFAULT_FLOOR})")
-    p.add_argument("--fraction-floor", type=float, default=DEFAULT_FRACTION_FLOOR,
+    p.add_argument("--fraction-floor", type=number("the fraction floor", at_least=0, below=1),
+                   default=DEFAULT_FRACTION_FLOOR,
                    help=f"smallest absolute tolerance proposed for fractions (default {DEFAULT_FRACTION_FLOOR})")
-    p.add_argument("--alpha", type=float, default=0.01, help="false-alarm rate for the detectable regression (0.01)")
-    p.add_argument("--power", type=float, default=0.8, help="detection probability for the detectable regression")
+    p.add_argument("--alpha", type=number("alpha", above=0, below=1), default=0.01,
+                   help="false-alarm rate for the detectable regression (0.01)")
+    p.add_argument("--power", type=number("the power", above=0, below=1), default=0.8,
+                   help="detection probability for the detectable regression")
     p.add_argument("--write", action="store_true", help="store pooled samples, spread and proposal as the baseline")
     p.add_argument("--yes", "-y", action="store_true", help="with --write: write without asking")
     p.add_argument("--include-tainted", action="store_true", help="also use metrics measured on a busy machine")
@@ -96,7 +103,7 @@ def register(sub) -> None:
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
     p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
-    p.add_argument("--keep", type=Path, help="keep each run's results JSON in this folder")
+    p.add_argument("--keep", type=output_folder, help="keep each run's results JSON in this folder")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="tests and pytest options, e.g. -m cpu perf/")
     p.set_defaults(func=run)
 
@@ -311,8 +318,6 @@ def _saved_runs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
 def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[dict], list[str]]:
     """N fresh pytest runs of the selection, each saved (under --keep, or a temporary folder)."""
     runs = 5 if args.runs is None else args.runs
-    if runs < 3:
-        raise ValueError("--runs must be >= 3: a spread from fewer run medians is not a spread")
     if args.hardware_id is not None:
         check_hardware_id(args.hardware_id, source="--hardware-id")
     pytest_args = list(args.pytest_args)
@@ -341,9 +346,6 @@ def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[di
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("alpha", "power"):
-        if not 0 < getattr(args, name) < 1:
-            raise ValueError(f"--{name} must be between 0 and 1")
     root = args.root.resolve()
     settings = load_settings(root, args.baselines)
     docs, names = _saved_runs(args) if args.saved else _fresh_runs(args, root, settings)

@@ -6,7 +6,8 @@ baselines-imported/seed-v100.json by default). Every entry gets provenance ``imp
 <file>`` (the seed keeps its report section), the files' samples pooled per metric. An
 imported number never replaces a measured one unless ``--force``: a measurement of the real
 machine is better evidence than another tool's run. Shows a table of what would be written
-and every row left out with its reason; ``--dry-run`` writes nothing.
+and every row left out with its reason; ``--dry-run`` writes nothing. An import with nothing to
+write (every row left out, or every metric already measured) exits 1, as `perfgate refresh` does.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from perfgate.judge.config import load_settings
 from perfgate.judge.metrics import summarize
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.report.run_report import fmt_number, short_id
-from perfgate.report.textable import Column, render, stdout_width
+from perfgate.report.textable import Column, printable, render, stdout_width
 from perfgate.store import baseline_writer, interrupts
 from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineEntry, BaselineStore
@@ -142,6 +143,12 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"  {escape(tid)}")
     if kept:
         console.print(f"{kept} metric(s) already measured on {hw} were kept (--force replaces them)")
+    if not plan:  # like `perfgate refresh`: a run that wrote nothing must not look like a green one
+        why = (f"every metric is already measured on {hw} (--force replaces them)" if kept else
+               f"{'every row of the files was left out (above)' if imported.left_out else 'the files hold no metric'}")
+        print(printable(f"perfgate import: nothing {'to write' if args.dry_run else 'written'}: {why}"),
+              file=sys.stderr)
+        return 1
     if args.dry_run:
         console.print("dry run: nothing written")
         return 0

@@ -50,6 +50,7 @@ from pathlib import Path
 from perfgate import mutations
 from perfgate.judge import ab_stats
 from perfgate.commands import ab as ab_cmd
+from perfgate.options import number, output_file, output_folder
 from perfgate.commands import gate_power
 from perfgate.report.run_report import short_id
 from perfgate.report.textable import Column, render, stdout_width
@@ -77,16 +78,17 @@ def register(sub) -> None:
     p.add_argument("--b-env-at", action="append", default=[], metavar="FACTOR:K=V",
                    help="B's environment at that slowdown instead of the knob (repeat), e.g. "
                         "1.05:PERFGATE_SERVING_URL=http://127.0.0.1:8002, a server started with the slowdown")
-    p.add_argument("--repeats", type=int, default=5, help="A/B runs per slowdown (default 5); 0 with "
+    p.add_argument("--repeats", type=number("the repeats", at_least=0, whole=True), default=5, help="A/B runs per slowdown (default 5); 0 with "
                    "--aa-repeats N measures only the A = A runs a tally still lacks")
-    p.add_argument("--aa-repeats", type=int, metavar="N",
+    p.add_argument("--aa-repeats", type=number("the A = A repeats", at_least=0, whole=True), metavar="N",
                    help="A = A runs (default: --repeats); fewer spends the time on detections, 0 measures none")
-    p.add_argument("--rounds", type=int, default=8, help=f"rounds per A/B (default 8): even, at least "
+    p.add_argument("--rounds", type=ab_cmd.rounds, default=8, help=f"rounds per A/B (default 8): even, at least "
                    f"{ab_stats.MIN_ROUNDS + ab_stats.MIN_ROUNDS % 2}, as in `perfgate ab`")
-    p.add_argument("--threshold", type=float, default=ab_stats.DEFAULT_THRESHOLD, help="as in `perfgate ab`")
-    p.add_argument("--confidence", type=float, default=ab_stats.DEFAULT_CONFIDENCE, help="as in `perfgate ab`")
-    p.add_argument("--save", type=Path, help="write the counts as JSON here (rewritten after every A/B)")
-    p.add_argument("--keep", type=Path, help="keep every round's results JSON under this folder")
+    p.add_argument("--threshold", type=ab_cmd.threshold, default=ab_stats.DEFAULT_THRESHOLD, help="as in `perfgate ab`")
+    p.add_argument("--confidence", type=ab_cmd.confidence, default=ab_stats.DEFAULT_CONFIDENCE,
+                   help="as in `perfgate ab`")
+    p.add_argument("--save", type=output_file, help="write the counts as JSON here (rewritten after every A/B)")
+    p.add_argument("--keep", type=output_folder, help="keep every round's results JSON under this folder")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
     p.add_argument("--time-limit", type=ab_cmd.time_limit, metavar="SECONDS",
@@ -378,17 +380,9 @@ def run(args: argparse.Namespace) -> int:
         if args.against_baselines:
             raise ValueError("--tally adds up the counts files of A/Bs; --against-baselines writes its own")
         return tally_files(args)
-    if args.repeats < 0:
-        raise ValueError(f"--repeats must be >= 0, got {args.repeats}")
     aa_repeats = args.repeats if args.aa_repeats is None else args.aa_repeats
-    if aa_repeats < 0:
-        raise ValueError(f"--aa-repeats must be >= 0, got {aa_repeats}")
     if args.repeats == 0 and aa_repeats == 0:
         raise ValueError("nothing to measure: --repeats 0 needs --aa-repeats N >= 1 (A = A runs only)")
-    if args.rounds < ab_stats.MIN_ROUNDS:
-        raise ValueError(f"--rounds must be >= {ab_stats.MIN_ROUNDS}")
-    if args.rounds % 2:
-        raise ValueError(f"--rounds must be even (got {args.rounds}), as in `perfgate ab`")
     slowdowns = parse_slowdowns(args.slowdowns)
     pytest_args = ab_cmd.split_args(list(args.pytest_args), _OWN_OPTIONS, "power")
     root = args.root.resolve()

@@ -47,8 +47,9 @@ def register(sub) -> None:
     p.add_argument("--allow-dirty", action="store_true",
                    help="accept runs measured on a tree with uncommitted changes (commit ends in -dirty-<diff hash>)")
     p.add_argument("--allow-other-machines", action="store_true",
-                   help="pool runs whose machines differ in compared fingerprint fields (cores, ISA, GPU settings); "
-                        "the baseline keeps the newest run's fingerprint")
+                   help="pool runs whose machines differ in compared fingerprint fields (cores, ISA, GPU settings; "
+                        "the baseline keeps the newest run's fingerprint), and write runs of a machine of another "
+                        "id (an AVX2 run labelled with an AVX-512 id) into this id's folder")
     p.add_argument("--allow-other-workload", action="store_true",
                    help="replace stored baselines that measured another workload (model, engine flags)")
     p.add_argument("--allow-interrupted", action="store_true",
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=Path(args.root) / "pyproject.toml")
+    baseline_writer.check_machine(store, hw, plan.fingerprint, plan.by_area, checks)  # before the question
     width = stdout_width()
 
     def say(text: str) -> None:

@@ -18,12 +18,14 @@ from pathlib import Path
 
 from perfgate.commands.trends import (add_detection_options, add_fail_on_worse, detect, exit_status, headline,
                                      history_name)
+from perfgate.report.run_report import md_code, md_text
 from perfgate.report.textable import printable
 from perfgate.judge.config import load_settings, repository_url
 from perfgate.report import changepoints, html_page, trends
 from perfgate.store import interrupts
 from perfgate.store.baselines import BaselineStore
 from perfgate.store.results import area_of
+from perfgate.store.safe_paths import outside_root
 
 MAX_PANELS = 16  # per PNG; larger families are split into parts
 _COLS = 4
@@ -145,10 +147,6 @@ def plot_family(series: list[trends.Series], found: list[changepoints.ChangePoin
     return path
 
 
-def _md_escape(text: str) -> str:
-    return printable(text).replace("|", "\\|")
-
-
 def write_plots(out: Path, runs: list[trends.Run], series: list[trends.Series],
                 found: list[changepoints.ChangePoint], store: BaselineStore | None) -> list[tuple[str, Path]]:
     """One PNG per (hardware id, metric family), split every MAX_PANELS test ids; (title, path) each."""
@@ -182,8 +180,9 @@ def markdown_page(history: str, runs: list[trends.Run], found: list[changepoints
                   "|---|---|---|---|---:|---:|---:|---:|---|"]
         for c in found:
             s = c.series
-            lines.append(f"| {s.hardware_id} | `{_md_escape(s.test_id)}` | {s.metric} | {c.point.created} "
-                         f"`{c.point.commit or '?'}` | {c.before:.4g} | {c.after:.4g} | {c.shown_change} | "
+            lines.append(f"| {md_text(s.hardware_id)} | {md_code(s.test_id)} | {md_text(s.metric)} | "
+                         f"{md_text(c.point.created)} {md_code(c.point.commit or '?')} | {c.before:.4g} | "
+                         f"{c.after:.4g} | {c.shown_change} | "
                          f"{c.p_value:.2g} | {'**worse**' if c.worse else 'better'} |")
     else:
         lines.append("None found.")
@@ -193,11 +192,11 @@ def markdown_page(history: str, runs: list[trends.Run], found: list[changepoints
         regs = sum(1 for x in r.results if x.outcome == "regression" and x.gated)
         tainted = sum(1 for x in r.results if x.tainted)
         note = " (interrupted)" if r.interrupted else ""
-        lines.append(f"| {i} | {r.created}{note} | `{r.commit or '?'}` | {r.hardware_id} | {len(r.results)} | "
-                     f"{regs} | {tainted} | {r.path.name} |")
+        lines.append(f"| {i} | {md_text(r.created)}{note} | {md_code(r.commit or '?')} | {md_text(r.hardware_id)} | "
+                     f"{len(r.results)} | {regs} | {tainted} | {md_text(r.path.name)} |")
     lines += ["", "## Plots", ""]
     for title, path in pngs:
-        lines += [f"### {_md_escape(title)}", "", f"![{_md_escape(title)}]({path.name})", ""]
+        lines += [f"### {md_text(title)}", "", f"![{md_text(title)}]({path.name})", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -211,6 +210,9 @@ def run(args: argparse.Namespace) -> int:
     history = history_name(args)
     first = args.history[0] if args.history else None
     outs = [d for d in (args.out, args.html) if d is not None] or [(first if first.is_dir() else first.parent) / "report"]
+    for option, out in [(o, d) for o, d in (("--out", args.out), ("--html", args.html)) if d is not None] \
+            or [("--out", outs[0])]:  # the default, beside a history that lies in the baselines
+        outside_root(settings.baselines, out, option=option, example=f"reports/{out.name}")
     with interrupts.writing(f"the report in {', '.join(map(str, outs))}", hold=False):  # Ctrl-C stops the plots
         if args.html is not None:
             page = html_page.write(args.html / "index.html", history, runs, series, found,

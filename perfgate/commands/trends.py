@@ -19,17 +19,18 @@ from perfgate.report import changepoints, trends
 from perfgate.store.backends import describe, open_store, spec_of
 from perfgate.report.run_report import short_id
 from perfgate.report.textable import Column, render, stdout_width
+from perfgate.options import number
 
 
 def add_detection_options(p) -> None:
     """The change-point options `perfgate trends` and `perfgate report` share."""
     p.add_argument("--hardware-id", help="only this hardware id (default: every id in the history)")
     p.add_argument("-k", "--match", metavar="TEXT", help="only test ids that contain TEXT (e.g. all_reduce)")
-    p.add_argument("--max-pvalue", type=float, default=changepoints.MAX_PVALUE,
+    p.add_argument("--max-pvalue", type=number("the p-value", above=0, below=1), default=changepoints.MAX_PVALUE,
                    help=f"a change point's t-test p-value must be below this (default {changepoints.MAX_PVALUE})")
-    p.add_argument("--min-magnitude", type=float, default=changepoints.MIN_MAGNITUDE,
+    p.add_argument("--min-magnitude", type=number("the magnitude", at_least=0), default=changepoints.MIN_MAGNITUDE,
                    help=f"and its relative change above this (default {changepoints.MIN_MAGNITUDE})")
-    p.add_argument("--window", type=int, default=changepoints.WINDOW,
+    p.add_argument("--window", type=number("the window", at_least=2, whole=True), default=changepoints.WINDOW,
                    help=f"Otava's sliding window in runs (default {changepoints.WINDOW})")
     p.add_argument("--include-tainted", action="store_true", help="let tainted runs count")
     add_store_option(p, what="read the runs from this results store when no HISTORY is given")

@@ -84,7 +84,7 @@ def read_text(path: Path, tool: str) -> str:
 def read_json(path: Path, tool: str) -> Any:
     """A JSON file through perfgate's one reader (size cap, regular files, no nesting bomb)."""
     try:
-        return readers.read_json(Path(path), fix=f"give a {tool} file", error=ImportFormatError)
+        return readers.read_json(Path(path), fix=f"give a {tool} file", error=ImportFormatError, numbers=None)
     except FileNotFoundError:
         raise ImportFormatError(f"{path}: no such file") from None
 

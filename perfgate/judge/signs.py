@@ -3,7 +3,7 @@
 Issue 49: ``perfgate import`` took a nccl-tests time of -3236 us, pytest-benchmark round times
 negated or all zero, a ``vllm bench serve`` TTFT of -35 ms, and after the negated import a run
 218 % slower was judged ``pass``. The rule, applied wherever a measured number is read (``perf.record``,
-results files, baselines, every importer and the seed table; perfgate.store.readers.Checker.measured
+results files, baselines, every importer and the seed table; perfgate.store.readers.Checker.sign
 for files):
 
 - A duration, rate, bandwidth, size or count (families latency, throughput, bandwidth, memory,
@@ -59,6 +59,15 @@ def problem(unit: object, values: Iterable[float], *, reported: bool = False) ->
             return (f"{_shown(v)} {unit}: {what} at or below zero is no measurement of a run that worked; "
                     f"the tool's run failed there: re-run it or leave that value out")
     return None
+
+
+def any_problem(unit: object, values) -> bool:
+    """Whether :func:`problem` (not ``reported``) finds anything in ``values``, a numpy array, at once."""
+    import numpy as np
+
+    family = UNIT_FAMILIES.get(unit) if isinstance(unit, str) else None
+    tiny = (values != 0) & (np.abs(values) < MIN_MAGNITUDE)
+    return bool(tiny.any() or (family in NEVER_NEGATIVE and (values < 0).any()))
 
 
 def measured_nothing(unit: object, values: Iterable[float]) -> str | None:

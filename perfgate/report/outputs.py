@@ -17,9 +17,11 @@ from perfgate.judge import outcomes
 from perfgate.judge.baseline_choice import report_notes as baseline_notes
 from perfgate.machine import hardware
 from perfgate.report import run_report
+from perfgate.report.errors import os_error
 from perfgate.session import PerfState
 from perfgate.store import baseline_writer, results as results_mod
 from perfgate.store.baseline_writer import Checks
+from perfgate.store.safe_paths import PathError, check_writable_folder, outside_root
 
 
 def document(config: pytest.Config, state: PerfState) -> dict:
@@ -52,8 +54,9 @@ def refresh_checks(config: pytest.Config) -> Checks:
 
 def check_before_run(config: pytest.Config, state: PerfState) -> None:
     """Refusals that are known before a test runs, so a long session is not spent for nothing:
-    a mutation with --perf-refresh, a dirty tree with --perf-refresh, a results file or history
-    folder inside the baselines root (a results file over a committed baseline)."""
+    a mutation with --perf-refresh, a dirty tree or a baselines folder that is a link with --perf-refresh,
+    a results file, history folder or Markdown summary inside the baselines root (a results file over a
+    committed baseline)."""
     try:
         names = mutations.describe(mutations.active_factors())
     except mutations.MutationError as exc:
@@ -70,22 +73,29 @@ def check_before_run(config: pytest.Config, state: PerfState) -> None:
             raise pytest.UsageError(f"perfgate: --perf-refresh refused: {config.rootpath} has uncommitted changes to "
                                     f"tracked files (commit {commit}); commit them and re-run, or pass "
                                     f"--perf-allow-dirty to record the dirty tree's commit and diff hash as provenance")
-    root = Path(state.settings.baselines).resolve()
-    for option in ("--perf-save", "--perf-history"):
+        folder = Path(state.settings.baselines) / state.hardware_id
+        try:  # an alias id (a link to another id's folder) was refused only after every test had run
+            check_writable_folder(Path(state.settings.baselines), state.hardware_id)
+            baseline_writer.check_machine(state.store, state.hardware_id, hardware.fingerprint(),
+                                          [p.stem for p in folder.glob("*.json")], refresh_checks(config))
+        except (PathError, baseline_writer.WriteRefused) as exc:
+            raise pytest.UsageError(f"perfgate: --perf-refresh refused: {exc}") from None
+    for option in ("--perf-save", "--perf-history", "--perf-markdown"):
         value = config.getoption(option)
-        if value and (root == Path(value).resolve() or root in Path(value).resolve().parents):
-            raise pytest.UsageError(f"perfgate: {option} {value}: inside the baselines folder {root}, where a results "
-                                    f"file would be taken for (or overwrite) a baseline; save it elsewhere "
-                                    f"(e.g. {option} runs/{Path(value).name})")
+        try:
+            if value:
+                outside_root(Path(state.settings.baselines), Path(value), option=option,
+                             example=f"runs/{Path(value).name}")
+        except PathError as exc:
+            raise pytest.UsageError(f"perfgate: {exc}") from None
 
 
 def _written(what: str, write) -> str | None:
     """Run one output's write; a failure is one line (the report is still printed), not a traceback."""
     try:
         write()
-    except (OSError, ValueError) as exc:
-        detail = f"{exc.strerror} ({exc.filename})" if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return f"perfgate: {what} not written: {detail}"
+    except (OSError, ValueError) as exc:  # `ulimit -f` gives an OSError with no file name: ``what`` names it
+        return f"perfgate: {what} not written: {os_error(exc) if isinstance(exc, OSError) else exc}"
     return None
 
 
@@ -184,4 +194,29 @@ def report_notes(state: PerfState) -> list[str]:
         notes.append(f"{len(watched)} test(s) measured while the machine was busy, their timings tainted and "
                      f"{gate_note}; counts and structural ratios stay gated: " + taint_summary(list(watched.values())))
     notes.extend(baseline_notes(state.results, state.hardware_id))  # fallback baselines, fingerprint changes
+    unmatched = ids_match_no_baseline(state)
+    if unmatched:
+        notes.append(unmatched)
     return notes
+
+
+def ids_match_no_baseline(state: PerfState) -> str | None:
+    """Where this hardware id has baselines and not one of this run's test ids is among them: what the
+    ids are relative to, and a stored id that looks like one of them. A test's id once moved with the
+    command line (perfgate.node_ids), and a run 2x slower read ``new``, with nothing said."""
+    folder = Path(state.settings.baselines) / state.hardware_id
+    ids = sorted({r.test_id for r in state.results})
+    if not ids or not folder.is_dir():
+        return None
+    stored: set[str] = set()
+    for path in sorted(folder.glob("*.json")):
+        stored.update(state.store.load(state.hardware_id, path.stem))
+    if not stored or stored.intersection(ids):
+        return None
+    alike = next(((i, s) for i in ids for s in sorted(stored) if s.endswith("/" + i) or i.endswith("/" + s)), None)
+    seen = (f"; e.g. this run's {alike[0]} is stored as {alike[1]}" if alike else
+            f" (e.g. {sorted(stored)[0]})")
+    return (f"none of this run's {len(ids)} test id(s) is in the {len(stored)} of the baselines in {folder}{seen}: "
+            f"every metric reads 'new'. Test ids are paths relative to the project's root (the folder of its "
+            f"pyproject.toml or pytest.ini, else where pytest was started); run from where the baselines were "
+            f"recorded, or refresh them under these ids")

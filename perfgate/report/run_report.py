@@ -232,8 +232,22 @@ def terminal_lines(results: list[MetricResult], *, hardware_id: str, width: int,
     return lines
 
 
-def _md(text: str) -> str:
-    return printable(text).replace("|", "\\|")
+# Markdown's own characters in text from tests and files, shown as themselves: a metric named
+# `<img src=x onerror=alert(1)>` went into the job summary raw (only the id column was escaped).
+_MD_LITERAL = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\\": "\\\\", "|": "\\|", "`": "\\`",
+                             "*": "\\*", "[": "\\[", "]": "\\]"})
+
+
+def md_text(text: object) -> str:
+    """Text from a test or a file (a metric name, a test id, a reason) in a Markdown line or table cell:
+    printable, and nothing in it is markup (HTML, emphasis, links, a cell's end)."""
+    return printable(str(text)).translate(_MD_LITERAL)
+
+
+def md_code(text: object) -> str:
+    """Text from a test or a file as a Markdown code span: HTML in it is shown as text; a backtick would end
+    the span (shown as '), a | the table cell."""
+    return "`" + printable(str(text)).replace("`", "'").replace("|", "\\|") + "`"
 
 
 def _md_table(results: Iterable[MetricResult]) -> list[str]:
@@ -241,7 +255,7 @@ def _md_table(results: Iterable[MetricResult]) -> list[str]:
              "|---|---|---:|---:|---|---:|---:|---|"]
     for r in results:
         row = metric_row(r)
-        lines.append(f"| `{_md(row[0])}` | {_md(row[1])} | " + " | ".join(_md(c) for c in row[2:]) + " |")
+        lines.append(f"| {md_code(row[0])} | {md_text(row[1])} | " + " | ".join(md_text(c) for c in row[2:]) + " |")
     return lines
 
 
@@ -254,7 +268,7 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
     GitHub's 1 MiB job-summary limit. ``notes`` as in terminal_lines."""
     summary = outcomes.summary(results)
     lines = [f"## perfgate: {hardware_id}", "", f"**{verdict_line(summary, hardware_id)}**", ""]
-    lines += [f"> {printable(note)}" for note in notes] + ([""] if notes else [])
+    lines += [f"> {md_text(note)}" for note in notes] + ([""] if notes else [])
     lines += [f"commit `{commit or '?'}`", "", "| area | gated | recorded only |", "|---|---|---|"]
     for area, b in summary["areas"].items():
         g, rec = b["gated"], b["recorded_only"]
@@ -262,7 +276,7 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
         cell_r = f"{rec['metrics']}: {_counts_text(rec)}" if rec["metrics"] else "0"
         if b["tainted"]:
             cell_r += f" ({b['tainted']} tainted)"
-        lines.append(f"| {_md(area)} | {cell_g} | {cell_r} |")
+        lines.append(f"| {md_text(area)} | {cell_g} | {cell_r} |")
     lines.append("")
     attention = outcomes.attention(results)
     if attention:
@@ -276,10 +290,10 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
     regressions = [r for r in results if r.outcome == "regression" and r.gated]
     if regressions:
         lines += ["### Regressions", ""]
-        lines += [f"- {regression_line(r, current_software)}" for r in regressions]
+        lines += [f"- {md_text(regression_line(r, current_software))}" for r in regressions]
         lines.append("")
     if skipped_by_budget:
-        lines += ["### Not run (time budget spent)", ""] + [f"- `{printable(t)}`" for t in skipped_by_budget] + [""]
+        lines += ["### Not run (time budget spent)", ""] + [f"- {md_code(t)}" for t in skipped_by_budget] + [""]
     head = "\n".join(lines) + "\n"
     table = _md_table(results)
     budget = MARKDOWN_LIMIT_BYTES - len(head.encode()) - 512

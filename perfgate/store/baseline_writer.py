@@ -64,12 +64,13 @@ class Checks:
     include_tainted: bool = False
     allow_other_workload: bool = False
     allow_interrupted: bool = False  # refresh only: the finished tests of a run cut short
-    allow_other_machines: bool = False  # pool runs whose machines differ in compared fields
+    # pool runs whose machines differ in compared fields; write runs of a machine of another id (machine_of_another_id)
+    allow_other_machines: bool = False
     prefix: str = "--"  # "--perf-" in a pytest session: --perf-allow-dirty
 
     def option(self, name: str) -> str:
-        if name == "force" and self.prefix == "--perf-":  # pooling is refresh's; a session saves its runs
-            return "--perf-save and then `perfgate refresh --force` on the saved file"
+        if name in ("force", "allow-other-machines") and self.prefix == "--perf-":  # refresh's; a session saves
+            return f"--perf-save and then `perfgate refresh --{name}` on the saved file"
         return f"{self.prefix}{name}"
 
 
@@ -320,12 +321,73 @@ def confirmed(yes: bool, question: str) -> bool:
     return True
 
 
+def _derived_id(fingerprint: dict | None) -> str | None:
+    """The hardware id a fingerprint derives to (perfgate.machine.hardware.hardware_id); None where it is too
+    incomplete to say (an import's, an older file's)."""
+    from perfgate.machine import hardware
+
+    try:
+        return hardware.hardware_id(fingerprint) if fingerprint else None
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def machine_of_another_id(store: BaselineStore, hardware_id: str, fingerprint: dict | None,
+                          areas) -> str | None:
+    """Why numbers measured on ``fingerprint`` do not belong in ``hardware_id``'s folder, or None.
+
+    The machine they were measured on derives to another id of the same family (an AVX2 machine's run
+    labelled with an AVX-512 id: `perfgate refresh --yes` wrote it into the AVX-512 folder after only
+    printing the difference), or the folder's baselines of ``areas`` were measured on a machine that
+    derives to ``hardware_id`` itself and this one does not. A chosen id that names no machine
+    (``--perf-hardware-id lab-B``), and a machine of the id that differs only in fields outside it (a
+    partial refresh, BaselineStore.write keeps each entry's machine), are not another id's."""
+    measured_as = _derived_id(fingerprint)
+    if measured_as is None or _same_id(measured_as, hardware_id):
+        return None
+    folder = store.root / hardware_id
+    if _family(measured_as) == _family(hardware_id):
+        return (f"the runs were measured on a machine whose fingerprint makes it {measured_as}, another variant of "
+                f"the family of {hardware_id} (its baselines are {folder})")
+    for area in sorted(areas):
+        stored_as = _derived_id(store.document(hardware_id, area).get("fingerprint"))
+        if stored_as is not None and _same_id(stored_as, hardware_id):
+            return (f"the baselines in {folder / f'{area}.json'} were measured on a {hardware_id} machine, the runs "
+                    f"on a machine whose fingerprint makes it {measured_as}")
+    return None
+
+
+def _family(hardware_id: str) -> str:
+    from perfgate.machine import hardware
+
+    return hardware.id_family(hardware_id)[0]
+
+
+def _same_id(a: str, b: str) -> bool:
+    """The same id, or the same family where either variant is not known (a CPU id from before the ISA was
+    part of it, ``cpu-AMD-EPYC-2c``, is the ``isaunknown`` variant: it may be any ISA)."""
+    from perfgate.machine import cpu_info, hardware
+
+    (fa, va), (fb, vb) = hardware.id_family(a), hardware.id_family(b)
+    return a == b or (fa == fb and cpu_info.UNKNOWN_ISA in (va, vb))
+
+
+def check_machine(store: BaselineStore, hardware_id: str, fingerprint: dict | None, areas, checks: Checks) -> None:
+    """WriteRefused where :func:`machine_of_another_id` says the numbers are another id's, unless allowed."""
+    other = machine_of_another_id(store, hardware_id, fingerprint, areas)
+    if other and not checks.allow_other_machines:
+        raise WriteRefused(f"not written: {other}; refresh under the id the runs were measured on (`perfgate "
+                           f"fingerprint` on that machine prints it), or pass {checks.option('allow-other-machines')} "
+                           f"to write them into {store.root / hardware_id} anyway")
+
+
 def write_plan(store: BaselineStore, plan: Plan, checks: Checks, *, hold: bool = True,
                wrote: Callable[[Path, bool], object] | None = None) -> list[Path]:
     """Write every area of the plan (signals held until all are written, when ``hold``).
 
     A failing write (read-only folder, disk full, lock timeout) ends in one WriteRefused line
     naming the file, the cause and what was already written."""
+    check_machine(store, plan.hardware_id, plan.fingerprint, plan.by_area, checks)
     moved = other_workloads(store, plan)
     if moved and not checks.allow_other_workload:
         said = "; ".join(f"{', '.join(sorted(tests))}: {what}" for what, tests in sorted(moved.items()))

@@ -36,13 +36,27 @@ def check_area(value: object, *, source: str, known: Iterable[str] | None = None
     return value
 
 
-def inside_root(root: Path, path: Path, *, what: str) -> Path:
-    """``path`` resolved, if it lies inside ``root`` (resolved); else PathError naming both."""
+def inside_root(root: Path, path: Path, *, what: str, root_is: str = "the baselines root") -> Path:
+    """``path`` resolved, if it lies inside ``root`` (resolved); else PathError naming both (``root_is``: what
+    the root is, as the message names it: the results store is not the baselines root)."""
     real_root = Path(root).resolve()
     real = Path(path).resolve()
     if real != real_root and real_root not in real.parents:
-        raise PathError(f"{what}: {path} resolves to {real}, outside the baselines root {real_root}; "
+        raise PathError(f"{what}: {path} resolves to {real}, outside {root_is} {real_root}; "
                         f"perfgate reads and writes only inside it (remove the link or fix the name)")
+    return Path(path)
+
+
+def outside_root(root: Path, path: Path, *, option: str, example: str) -> Path:
+    """``path`` if it lies outside the baselines root ``root`` (both resolved), else PathError naming the option
+    and a place to use instead. A results file, a report or its plots in there would be taken for (or
+    overwrite) a baseline, and a new folder there reads as a hardware id (`perfgate report --html
+    baselines/<id>` wrote index.html and 8 PNGs into a committed id folder)."""
+    real_root, real = Path(root).resolve(), Path(path).resolve()
+    if real == real_root or real_root in real.parents:
+        raise PathError(f"{option} {path}: inside the baselines folder {real_root}, where what perfgate writes would "
+                        f"be taken for (or overwrite) a baseline, or a new folder for a hardware id; write it "
+                        f"elsewhere (e.g. {option} {example})")
     return Path(path)
 
 
@@ -56,6 +70,15 @@ def _link_target(name: str, dir_fd: int | None) -> str:
         return "?"
 
 
+def _refuse_unless_real_folder(st: os.stat_result, name: str, shown: Path, *, dir_fd: int | None, what: str,
+                               fix: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise PathError(f"{what}: {shown} is a symbolic link (to {_link_target(name, dir_fd)}); perfgate writes "
+                        f"baselines only into real folders, never through a link: {fix}")
+    if not stat.S_ISDIR(st.st_mode):
+        raise PathError(f"{what}: {shown} is not a folder; move it away and re-run")
+
+
 def _open_real_folder(name: str, shown: Path, *, dir_fd: int | None, what: str, fix: str) -> int:
     """An fd of folder ``name`` (relative to ``dir_fd``), created if missing; a link is refused."""
     try:
@@ -67,15 +90,35 @@ def _open_real_folder(name: str, shown: Path, *, dir_fd: int | None, what: str, 
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o755, dir_fd=dir_fd)
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    if stat.S_ISLNK(st.st_mode):
-        raise PathError(f"{what}: {shown} is a symbolic link (to {_link_target(name, dir_fd)}); perfgate writes "
-                        f"baselines only into real folders, never through a link: {fix}")
-    if not stat.S_ISDIR(st.st_mode):
-        raise PathError(f"{what}: {shown} is not a folder; move it away and re-run")
+    _refuse_unless_real_folder(st, name, shown, dir_fd=dir_fd, what=what, fix=fix)
     try:
         return os.open(name, _FOLDER, dir_fd=dir_fd)
     except OSError as exc:  # replaced by a link between the check and the open
         raise PathError(f"{what}: {shown} cannot be opened as a real folder ({exc.strerror}); re-run") from None
+
+
+def _folders(root: Path, hardware_id: str) -> tuple[tuple[str, Path, str, str], ...]:
+    """(name, shown, what, fix) of the root and of the id folder, as writable_folder opens them."""
+    return ((str(root), root, "baselines root",
+             f"pass the folder it points to (--baselines / --perf-baselines {_link_target(str(root), None)}) or "
+             f"replace the link with a folder"),
+            (hardware_id, root / hardware_id, "hardware id folder",
+             f"an alias of another id's folder would make two machines share one baseline; remove the link "
+             f"(`rm {root / hardware_id}`) or refresh under the id it points to"))
+
+
+def check_writable_folder(root: Path, hardware_id: str) -> None:
+    """What :func:`writable_folder` would refuse, said before any work and creating nothing: a session with
+    --perf-refresh under an alias id (a link to another id's folder) once ran every test first."""
+    root = Path(root)
+    (root_name, _, root_what, root_fix), (id_name, id_shown, id_what, id_fix) = _folders(root, hardware_id)
+    try:
+        _refuse_unless_real_folder(os.stat(root_name, follow_symlinks=False), root_name, root, dir_fd=None,
+                                   what=root_what, fix=root_fix)
+        _refuse_unless_real_folder(os.stat(root / id_name, follow_symlinks=False), str(root / id_name), id_shown,
+                                   dir_fd=None, what=id_what, fix=id_fix)
+    except FileNotFoundError:
+        return  # created when written
 
 
 @contextlib.contextmanager
@@ -87,14 +130,10 @@ def writable_folder(root: Path, hardware_id: str) -> Iterator[int]:
     Everything written then goes through this fd (perfgate.store.atomic.replace_in), so a link
     swapped in while the write runs is not followed either."""
     root = Path(root)
-    root_fd = _open_real_folder(str(root), root, dir_fd=None, what="baselines root",
-                                fix=f"pass the folder it points to (--baselines / --perf-baselines "
-                                    f"{_link_target(str(root), None)}) or replace the link with a folder")
+    (root_name, _, root_what, root_fix), (id_name, id_shown, id_what, id_fix) = _folders(root, hardware_id)
+    root_fd = _open_real_folder(root_name, root, dir_fd=None, what=root_what, fix=root_fix)
     try:
-        id_fd = _open_real_folder(hardware_id, root / hardware_id, dir_fd=root_fd, what="hardware id folder",
-                                  fix=f"an alias of another id's folder would make two machines share one "
-                                      f"baseline; remove the link (`rm {root / hardware_id}`) or refresh "
-                                      f"under the id it points to")
+        id_fd = _open_real_folder(id_name, id_shown, dir_fd=root_fd, what=id_what, fix=id_fix)
     finally:
         os.close(root_fd)
     try:

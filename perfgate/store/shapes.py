@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.judge import signs
-from perfgate.judge.metrics import DIRECTIONS, MAX_TOLERANCE, UNIT_FAMILIES
+from perfgate.judge.metrics import DIRECTIONS, MAX_STORED_SAMPLES, MAX_TOLERANCE, UNIT_FAMILIES, stored_samples
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.store.readers import Checker, shown
 from perfgate.store.safe_paths import check_area
@@ -50,6 +50,17 @@ def check_summary(c: Checker, value: Any, key: str, unit: Any = None, *, baselin
     nothing = signs.measured_nothing(unit, samples + [s["median"]]) if baseline else None
     if nothing:
         c.fail(f"{key}.samples", nothing)
+    _cap(s, "samples", samples)
+
+
+def _cap(table: dict, name: str, values: list[float]) -> None:
+    """Capped while read: more than MAX_STORED_SAMPLES values become their faithful summary
+    (metrics.stored_samples, what perfgate itself writes), with ``n`` still counting all of them, so
+    nothing downstream carries 5 million samples through a refresh (59 s and 473 MB before)."""
+    if len(values) > MAX_STORED_SAMPLES:
+        if name == "samples":
+            table.setdefault("n", len(values))
+        table[name] = list(stored_samples(values))
 
 
 def check_runs(c: Checker, value: Any, key: str, unit: Any = None) -> None:
@@ -199,7 +210,9 @@ def check_result_entry(c: Checker, value: Any, key: str) -> None:
         c.integer(baseline["n"], f"{key}.baseline.n", minimum=0)
     for name in ("samples", "run_medians"):
         if baseline.get(name) is not None:
-            c.numbers(baseline[name], f"{key}.baseline.{name}", unit=unit)
+            values = c.numbers(baseline[name], f"{key}.baseline.{name}", unit=unit)
+            if name == "samples":
+                _cap(baseline, name, values)
     c.string(baseline.get("provenance"), f"{key}.baseline.provenance", optional=True)
     if "attempts" in r:
         c.integer(r["attempts"], f"{key}.attempts", minimum=1)
