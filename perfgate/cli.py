@@ -4,7 +4,7 @@ Each command module exposes ``register(subparsers)`` and ``run(args) -> int``; a
 command is adding a module to COMMANDS.
 
 Signals: from this file's first statements to the process's exit, SIGINT and SIGTERM end
-the command with one line and an exit code that tells the truth (perfgate.store.interrupts):
+the command with one line and an exit code that tells the truth (perfgate.interrupts):
 130 (143 for SIGTERM) and "nothing was written" when no write had begun, 0 when the
 writes had completed. Commands hold signals while they write, so a baseline refresh is
 never left half done.
@@ -30,7 +30,7 @@ import argparse  # noqa: E402  (after the handlers: a Ctrl-C during the imports 
 import importlib  # noqa: E402
 import threading  # noqa: E402
 
-from perfgate.store import interrupts  # noqa: E402
+from perfgate import interrupts  # noqa: E402
 
 COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_baselines", "trends", "ab", "power",
             "store", "verify_baselines")

@@ -40,10 +40,10 @@ from perfgate.report.textable import printable, resolve_width
 from perfgate.runcache import RunCache
 from perfgate.options import pytest_addoption  # noqa: F401 (a pytest hook: pytest finds it by name here)
 from perfgate.session import WORKER_KEY, PerfState
-from perfgate.store import interrupts
+from perfgate import interrupts
 from perfgate.store.baselines import BaselineError
 from perfgate.store.readers import ReadError
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 from perfgate.store.safe_paths import PathError
 from perfgate.workloads.area import Case
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.judge.baseline_choice import BaselineChooser
-from perfgate.judge.config import load_settings
+from perfgate.store.settings import load_settings
 from perfgate.judge.gate import Context
 from perfgate.judge.load_bound import ForeignLoad
 from perfgate.judge.policy import GatePolicy
@@ -22,7 +22,7 @@ from perfgate.machine.load_watch import LoadWatch
 from perfgate.report.progress import SweepProgress
 from perfgate.runcache import RunCache
 from perfgate.store.baselines import BaselineStore
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 
 WORKER_KEY = "perfgate"  # what the xdist controller hands its workers in workerinput
 

@@ -188,7 +188,7 @@ def test_ab_of_a_against_itself_is_no_regression(gloo_project, monkeypatch):
 def test_power_tallies_regressions_per_metric_and_condition():
     from perfgate.commands import power
     from perfgate.judge.metrics import summarize
-    from perfgate.store.results import MetricResult
+    from perfgate.judge.metric_result import MetricResult
 
     def res(outcome, change):
         return MetricResult(test_id="perf/a/t.py::t", area="a", metric="time_us", unit="us", better="lower",

@@ -14,7 +14,8 @@ import pytest
 
 from perfgate.judge.baseline_choice import BaselineChooser
 from perfgate.judge.metrics import summarize
-from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
+from perfgate.store.baselines import BaselineError, BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 
 HW = "1xH200"
 AREA = "training"

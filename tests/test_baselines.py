@@ -6,7 +6,8 @@ import multiprocessing
 
 import pytest
 
-from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
+from perfgate.store.baselines import BaselineError, BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.judge.metrics import summarize
 
 HW = "cpu-Test-2c"

@@ -21,7 +21,7 @@ from perfgate.judge.metrics import Metric, summarize
 from perfgate.judge.policy import GatePolicy
 from perfgate.machine.cpu_use import usable_cores
 from perfgate.report.outputs import REASON_SHOWN_CHARS, taint_summary
-from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.baseline_entry import BaselineEntry
 from tests.test_faults_input import start_detached_burners
 
 HW = "cpu-AMD-EPYC-avx512-2c"

@@ -18,7 +18,7 @@ from perfgate.cli import main
 from perfgate.commands import calibrate as cal
 from perfgate.judge.config import Settings
 from perfgate.judge.metrics import summarize
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 
 
 def test_robust_spread_is_scaled_mad_over_median():

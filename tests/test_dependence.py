@@ -24,8 +24,10 @@ from perfgate.judge.policy import GatePolicy
 from perfgate.judge.verdict import Outcome, decide
 from perfgate.recorder import PerfRecorder
 from perfgate.store import results as results_mod
-from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
-from perfgate.store.results import MetricResult
+from perfgate.judge import pooling
+from perfgate.store.baselines import BaselineError, BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
+from perfgate.judge.metric_result import MetricResult
 
 HW = "1xH200"
 TID = "perf/training/test_fsdp.py::test_fsdp_memory[nccl-1rank-FULL_SHARD]"
@@ -157,7 +159,7 @@ def test_results_and_baselines_carry_the_fields_and_old_files_read_as_before(tmp
         MetricResult.from_dict(dict(d, depends="gpus"))
     # what refresh writes: the entry carries both; an entry without them reads as before
     doc = results_mod.make_document([r], hardware_id=HW, fingerprint=machine(), commit="c")
-    written = results_mod.baseline_entries(doc)["training"][TID]["step_ms"]
+    written = pooling.baseline_entries(doc)["training"][TID]["step_ms"]
     assert (written.depends, written.device_busy) == ("device", 0.93)
     store = BaselineStore(tmp_path)
     path = store.write(HW, "training", {TID: {"step_ms": written, "old": entry(STEP_MS, unit="ms")}}, fingerprint=machine())

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 import perfgate.machine.preflight  # noqa: F401  (imported here so that in-process pytester runs keep psutil loaded)
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.judge.metrics import summarize
 from perfgate.store.results import make_document
 
@@ -179,7 +180,7 @@ def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def results_file(path: Path, hardware_id: str, median: float = 1.0) -> Path:
-    from perfgate.store.results import MetricResult
+    from perfgate.judge.metric_result import MetricResult
 
     r = MetricResult(test_id="test_x.py::test_ratio", area="test_project", metric="speedup", unit="x",
                      better="higher", tol=0.1, gated=True, summary=summarize([median * k for k in (1, 1.01, 0.99, 1, 1)]),

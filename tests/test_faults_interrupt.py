@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.judge.metrics import summarize
-from perfgate.store.results import MetricResult, make_document
+from perfgate.store.results import make_document
+from perfgate.judge.metric_result import MetricResult
 from test_faults_launch import leftovers, report_row
 
 HERE = Path(__file__).resolve().parent
@@ -170,7 +172,7 @@ def refresh_cmd(results: Path, root: Path) -> list[str]:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_during_refresh_completes_the_write_and_exits_0(tmp_path, sig):
-    # `perfgate refresh` holds signals while it writes (perfgate.store.interrupts): a signal after the
+    # `perfgate refresh` holds signals while it writes (perfgate.interrupts): a signal after the
     # first area is written waits until every area is complete, and the exit code says the
     # write completed (0), with one line saying the signal waited. Never some areas new, some old.
     store = BaselineStore(tmp_path / "baselines")
@@ -372,7 +374,8 @@ KILLED_WRITER = """
 import os, signal, sys
 import perfgate.store.atomic as atomic
 from perfgate.judge.metrics import summarize
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 
 def killed(fd, data):  # kill -9 half way through the .prev copy: no cleanup runs
     os.write(fd, data[: len(data) // 2])

@@ -11,7 +11,8 @@ import textwrap
 
 from perfgate.cli import main
 from perfgate.judge.metrics import summarize
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 
 RATIO_TEST = textwrap.dedent('''
     import os

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from perfgate.judge.metrics import summarize
 from perfgate.store import results as results_mod
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 
 TOOL = Path(__file__).resolve().parents[1] / "tools" / "guard_replay.py"
 TEST = "perf/demo/test_a.py::test_a"

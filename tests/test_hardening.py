@@ -36,14 +36,19 @@ import perfgate.machine.preflight  # noqa: F401  (in-process pytester runs keep 
 from perfgate import cli
 from perfgate.machine import hardware
 from perfgate.store import results as results_mod
+from perfgate.judge import pooling
+from perfgate.judge.metric_result import metric_results
 from perfgate.report import changepoints, trends
-from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
-from perfgate.judge.config import ConfigError, Settings, load_settings
+from perfgate.store.baselines import BaselineError, BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
+from perfgate.judge.config import ConfigError, Settings
+from perfgate.store.settings import load_settings
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.gate import Context, evaluate
 from perfgate.machine.hardware_id import HARDWARE_ID_PATTERN, HardwareIdError, check_hardware_id
 from perfgate.judge.metrics import Metric, summarize
-from perfgate.store.results import MetricResult, make_document
+from perfgate.store.results import make_document
+from perfgate.judge.metric_result import MetricResult
 from perfgate.store.safe_paths import PathError, check_area
 from test_faults_input import snapshot, start_detached_burners
 
@@ -479,9 +484,9 @@ def test_property_results_reader_and_the_commands_behind_it(data):
         except results_mod.ResultsError as exc:
             assert_one_line_naming(exc, path)
         else:
-            results_mod.metric_results(doc)
-            results_mod.baseline_entries(doc, include_tainted=True)
-            results_mod.pool([doc, doc], ["a", "b"])
+            metric_results(doc)
+            pooling.baseline_entries(doc, include_tainted=True)
+            pooling.pool([doc, doc], ["a", "b"])
         # the commands: an exit code and at most one line on stderr, never a traceback
         for argv in (["refresh", str(path), "--yes", "--root", tmp, "--include-tainted",
                       "--baselines", str(root / "baselines")],  # named: created if refresh accepts the file

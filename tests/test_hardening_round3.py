@@ -22,9 +22,11 @@ import pytest
 from perfgate import cli
 from perfgate.judge.metrics import summarize
 from perfgate.store import results as results_mod
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.store.readers import ReadError, read_json
-from perfgate.store.results import MetricResult, make_document
+from perfgate.store.results import make_document
+from perfgate.judge.metric_result import MetricResult
 
 HW = "cpu-Test-2c"
 TEST_FILE = """

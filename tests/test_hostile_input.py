@@ -35,7 +35,10 @@ from perfgate.recorder import PerfRecorder
 from perfgate.report import run_report
 from perfgate.report.textable import Column, printable, render
 from perfgate.store import readers, results as results_mod
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge import pooling
+from perfgate.judge.metric_result import MetricResult
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from test_hostile_numbers import (CURRENT_SAMPLES, HW, METRIC, TEST, VALID_BASELINE, VALID_CURRENT,
                                   VALID_REFERENCE, _result)
 
@@ -219,7 +222,7 @@ def test_compare_prints_names_escaped(tmp_path):
 def test_refresh_review_table_prints_names_escaped(tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")  # wide: no name folded at a joint, so each is found whole
     store = BaselineStore(tmp_path / "baselines")
-    old = results_mod.baseline_entries(_hostile_names(VALID_REFERENCE))["serving"]
+    old = pooling.baseline_entries(_hostile_names(VALID_REFERENCE))["serving"]
     old = {t: {m: dataclasses.replace(e, provenance="measured\x1b[8m hidden") for m, e in ms.items()}
            for t, ms in old.items()}
     store.write(HW, "serving", old)
@@ -349,7 +352,7 @@ def test_report_shows_the_baseline_median_the_change_was_computed_from(tmp_path)
     assert "| 427.0 | 387.5 | tok/s | -9.3% |" in run_report.markdown([r], hardware_id=HW, commit="c",
                                                                        current_software=None)
     # it travels in the results file, and a saved result without it shows the baseline's median as before
-    saved = results_mod.MetricResult.from_dict(json.loads(json.dumps(r.to_dict())))
+    saved = MetricResult.from_dict(json.loads(json.dumps(r.to_dict())))
     assert run_report.metric_row(saved)[2] == "427.0"
     del saved.verdict["baseline_median"]
     assert run_report.metric_row(saved)[2] == "483.0"

@@ -30,8 +30,10 @@ from perfgate.judge.fingerprint_check import compare as compare_fingerprints
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric, summarize
-from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
-from perfgate.store.results import MetricResult, make_document
+from perfgate.store.baselines import BaselineError, BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
+from perfgate.store.results import make_document
+from perfgate.judge.metric_result import MetricResult
 
 HW = "cpu-Test-2c"
 TEST = "perf/serving/test_x.py::test_decode"
@@ -350,7 +352,8 @@ def test_run_noise_widening_is_capped_and_says_so():
                                          ("1e300", "must be at most 10 (1000%), got 1e+300"),
                                          ("-0.0001", "non-negative finite number")])
 def test_tolerances_files_are_checked_at_the_reader(tmp_path, value, says):
-    from perfgate.judge.config import ConfigError, load_settings
+    from perfgate.judge.config import ConfigError
+    from perfgate.store.settings import load_settings
 
     path = tmp_path / "baselines" / "tolerances.toml"
     path.parent.mkdir()

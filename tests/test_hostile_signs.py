@@ -24,8 +24,10 @@ from perfgate import cli
 from perfgate.importers.seed import DEFAULT_SEED
 from perfgate.judge.metrics import MetricError, summarize
 from perfgate.recorder import PerfRecorder
-from perfgate.store.baselines import BaselineEntry, BaselineError, BaselineStore
-from perfgate.store.results import MetricResult, make_document
+from perfgate.store.baselines import BaselineError, BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
+from perfgate.store.results import make_document
+from perfgate.judge.metric_result import MetricResult
 
 HW = "cpu-Test-2c"
 TEST = "perf/serving/test_x.py::test_decode"

@@ -16,8 +16,10 @@ import pytest
 
 from perfgate.machine import cpu_info, gpu_info, hardware
 from perfgate.judge.baseline_choice import BaselineChooser, Choice, family_candidates, report_notes, tolerances_id
-from perfgate.store.baselines import BaselineEntry, BaselineStore
-from perfgate.judge.config import ConfigError, Settings, load_settings
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
+from perfgate.judge.config import ConfigError, Settings
+from perfgate.store.settings import ids_with_tolerances, load_settings
 from perfgate.judge.fingerprint_check import compare
 from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import Metric, summarize
@@ -384,17 +386,21 @@ def test_nearest_isa_first_unknown_last():
         "1xH200", "1xH200-sm1500"]
 
 
+def _tolerances_id(baselines: Path, hardware_id: str) -> str:
+    return tolerances_id(hardware_id, ids_with_tolerances(baselines))
+
+
 def test_tolerances_come_from_the_family_when_this_id_has_none(tmp_path):
     (tmp_path / "cpu-AMD-EPYC-isaunknown-2c").mkdir()
     (tmp_path / "cpu-AMD-EPYC-isaunknown-2c" / "tolerances.toml").write_text("[tolerances]\nratio = 0.35\n")
-    assert tolerances_id(tmp_path, "cpu-AMD-EPYC-avx512-2c") == "cpu-AMD-EPYC-isaunknown-2c"
+    assert _tolerances_id(tmp_path, "cpu-AMD-EPYC-avx512-2c") == "cpu-AMD-EPYC-isaunknown-2c"
     # another make with as many cores: the same machine class (a shared 2-core VM)
-    assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-AMD-EPYC-isaunknown-2c"
-    assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-4c") == "cpu-Intel-Xeon-avx512-4c"  # not its size
-    assert tolerances_id(tmp_path, "1xH200") == "1xH200"                         # a GPU id never reads a CPU's
+    assert _tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-AMD-EPYC-isaunknown-2c"
+    assert _tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-4c") == "cpu-Intel-Xeon-avx512-4c"  # not its size
+    assert _tolerances_id(tmp_path, "1xH200") == "1xH200"                         # a GPU id never reads a CPU's
     (tmp_path / "cpu-Intel-Xeon-amx-2c").mkdir()
     (tmp_path / "cpu-Intel-Xeon-amx-2c" / "tolerances.toml").write_text("[tolerances]\nratio = 0.30\n")
-    assert tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-Intel-Xeon-amx-2c"      # its family first
+    assert _tolerances_id(tmp_path, "cpu-Intel-Xeon-avx512-2c") == "cpu-Intel-Xeon-amx-2c"      # its family first
 
 
 def test_a_gpu_id_reads_the_tolerances_of_another_card_of_the_same_machine_size(tmp_path):
@@ -403,17 +409,17 @@ def test_a_gpu_id_reads_the_tolerances_of_another_card_of_the_same_machine_size(
     for hw in ("1xH200", "2xH200-NV18", "8xV100-PCIE-32GB-PCIe"):
         (tmp_path / hw).mkdir()
         (tmp_path / hw / "tolerances.toml").write_text("[tolerances]\nlatency = 0.05\n")
-    assert tolerances_id(tmp_path, "1xH100-80GB-HBM3") == "1xH200"
-    assert tolerances_id(tmp_path, "1xH100-80GB-HBM3-pl500W") == "1xH200"
-    assert tolerances_id(tmp_path, "2xH100-80GB-HBM3-NV18") == "2xH200-NV18"
-    assert tolerances_id(tmp_path, "2xH100-80GB-HBM3-PCIe") == "2xH100-80GB-HBM3-PCIe"   # another interconnect
-    assert tolerances_id(tmp_path, "8xH100-80GB-HBM3-PCIe") == "8xV100-PCIE-32GB-PCIe"
-    assert tolerances_id(tmp_path, "4xH100-80GB-HBM3-NV18") == "4xH100-80GB-HBM3-NV18"   # no 4-GPU file
-    assert tolerances_id(tmp_path, "cpu-AMD-EPYC-avx2-2c") == "cpu-AMD-EPYC-avx2-2c"     # a CPU never reads a GPU's
+    assert _tolerances_id(tmp_path, "1xH100-80GB-HBM3") == "1xH200"
+    assert _tolerances_id(tmp_path, "1xH100-80GB-HBM3-pl500W") == "1xH200"
+    assert _tolerances_id(tmp_path, "2xH100-80GB-HBM3-NV18") == "2xH200-NV18"
+    assert _tolerances_id(tmp_path, "2xH100-80GB-HBM3-PCIe") == "2xH100-80GB-HBM3-PCIe"   # another interconnect
+    assert _tolerances_id(tmp_path, "8xH100-80GB-HBM3-PCIe") == "8xV100-PCIE-32GB-PCIe"
+    assert _tolerances_id(tmp_path, "4xH100-80GB-HBM3-NV18") == "4xH100-80GB-HBM3-NV18"   # no 4-GPU file
+    assert _tolerances_id(tmp_path, "cpu-AMD-EPYC-avx2-2c") == "cpu-AMD-EPYC-avx2-2c"     # a CPU never reads a GPU's
 
 
 def test_the_summary_names_tolerances_borrowed_from_another_id(tmp_path):
-    from perfgate.judge.config import load_settings
+    from perfgate.store.settings import load_settings
     from perfgate.plugin import _judged_with
 
     (tmp_path / "baselines" / "1xH200").mkdir(parents=True)
@@ -508,7 +514,7 @@ def test_a_truncated_family_baseline_stops_the_session_before_measuring(project)
 def test_refresh_says_when_the_old_numbers_came_from_another_machine(tmp_path, capsys):
     from perfgate import cli
     from perfgate.store import results as results_mod
-    from perfgate.store.results import MetricResult
+    from perfgate.judge.metric_result import MetricResult
 
     tid = "perf/offload/test_reads.py::test_parallel"
     write_baselines(tmp_path / "baselines", "cpu-AMD-EPYC-avx2-2c", cpu_fp(MILAN))

@@ -15,14 +15,15 @@ from pathlib import Path
 import pytest
 
 from perfgate.machine import hardware
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.cli import main
 from perfgate.importers.seed import DEFAULT_SEED, entry_for, load_seed
 from perfgate.judge.config import Settings
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.metrics import UNIT_FAMILIES, Metric, summarize
-from perfgate.store.results import area_of
+from perfgate.judge.metric_result import area_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = load_seed()

@@ -25,7 +25,7 @@ from perfgate.judge.config import Settings
 from perfgate.judge.gate import Context, evaluate
 from perfgate.machine import hardware, markers
 from perfgate.recorder import PerfRecorder
-from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.workloads import kernels
 from perfgate.workloads.area import CheckFailed
 from perfgate.workloads.kernels import gpu_timing, rmsnorm_torch

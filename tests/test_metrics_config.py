@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from perfgate.judge.config import ConfigError, Settings, load_settings
+from perfgate.judge.config import ConfigError, Settings
+from perfgate.store.settings import load_settings
 from perfgate.judge.baseline_choice import Choice
 from perfgate.judge.gate import Context, evaluate, tolerance
 from perfgate.judge.policy import GatePolicy
@@ -107,7 +108,7 @@ def test_gating_modes():
 
 
 def test_calibrated_baseline_tolerance_beats_the_tests_own(tmp_path):
-    from perfgate.store.baselines import BaselineEntry
+    from perfgate.judge.baseline_entry import BaselineEntry
 
     s = load_settings(write(tmp_path, ""))
     own = Metric("time_us", "us", "lower", summarize([1.0]), tol=0.07)
@@ -156,7 +157,7 @@ def test_record_only_needs_a_reason(tmp_path):
 def _judged(baseline_values, current_values, unit="s", floor=None):
     """The verdict of a metric of ``current_values`` against a baseline written from ``baseline_values`` and
     read back as a file holds it (its stored summary), on an id where absolute timings gate."""
-    from perfgate.store.baselines import BaselineEntry
+    from perfgate.judge.baseline_entry import BaselineEntry
 
     stored = Summary.from_dict(summarize(baseline_values).to_dict())
     entry = BaselineEntry(unit=unit, better="lower", summary=stored, tol=None, provenance="measured")
@@ -183,7 +184,7 @@ def test_a_run_is_judged_by_every_sample_not_its_first_200():
 def test_a_baseline_written_before_quantiles_is_judged_by_its_median_of_every_sample():
     """Files written before issue 47 stored a run's first 200 samples (here its slow warm-up) beside the
     median of all of them; they load as they are, and the level a run is judged against is that median."""
-    from perfgate.store.baselines import BaselineEntry
+    from perfgate.judge.baseline_entry import BaselineEntry
 
     old = {"median": 1e-3, "mad": 1e-5, "n": 5000, "samples": [2e-3 + i * 1e-7 for i in range(200)]}
     entry = BaselineEntry(unit="s", better="lower", summary=Summary.from_dict(old), tol=None, provenance="measured")

@@ -12,9 +12,9 @@ import torch
 from perfgate import mutations
 from perfgate.judge import gate
 from perfgate.judge.baseline_choice import Choice
-from perfgate.judge.config import load_settings
+from perfgate.store.settings import load_settings
 from perfgate.judge.metrics import Metric, summarize
-from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.workloads import moe
 from perfgate.workloads.area import CheckFailed, Measured
 from perfgate.workloads.collectives import tuner

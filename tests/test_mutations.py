@@ -24,9 +24,13 @@ import pytest
 from perfgate.judge import gate
 from perfgate import mutations
 from perfgate.store import results as results_mod
+from perfgate.judge import pooling
+from perfgate.judge.metric_result import area_of
+from perfgate.judge.metric_result import metric_results
 from perfgate.judge.baseline_choice import BaselineChooser, Choice
 from perfgate.store.baselines import BaselineStore
-from perfgate.judge.config import ConfigError, load_settings
+from perfgate.judge.config import ConfigError
+from perfgate.store.settings import load_settings
 from perfgate.judge.metrics import Metric, summarize
 from perfgate.judge.verdict import Outcome, decide, is_exact
 
@@ -141,8 +145,8 @@ def _run(tmp_path: Path, name: str, selection: list[str], mutation: str | None, 
 
 
 def _metric(doc: dict, test_id: str, name: str):
-    found = [r for r in results_mod.metric_results(doc) if r.test_id == test_id and r.metric == name]
-    assert found, f"{test_id} recorded no {name}; recorded: {sorted({r.metric for r in results_mod.metric_results(doc) if r.test_id == test_id})}"
+    found = [r for r in metric_results(doc) if r.test_id == test_id and r.metric == name]
+    assert found, f"{test_id} recorded no {name}; recorded: {sorted({r.metric for r in metric_results(doc) if r.test_id == test_id})}"
     return found[0]
 
 
@@ -152,7 +156,7 @@ def judge(mutated: dict, test_id: str, name: str, *, baseline: dict | None = Non
     hw = mutated["hardware_id"]
     settings = load_settings(ROOT, hardware_id=hw)  # this id's tolerances.toml, else its family's
     if baseline is not None:
-        entry = results_mod.baseline_entries(baseline)[results_mod.area_of(test_id)][test_id][name]
+        entry = pooling.baseline_entries(baseline)[area_of(test_id)][test_id][name]
     else:  # as the plugin chooses: this id's baseline, else (a ratio) its family's
         chooser = BaselineChooser(BaselineStore(settings.baselines), hw, lambda: mutated.get("fingerprint") or {})
         entry = chooser.choose(test_id, name, dependency="family").entry
@@ -234,7 +238,7 @@ def test_moe_hot_expert_moves_the_uniform_ratios(monkeypatch):
     rank's expert work (CPU time: ranks share 2 cores) reads ~1.2 uniform and ~3.4 hot at 4 ranks."""
     from perfgate.launch.jobs import launch
     from perfgate.machine.hardware_id import resolve_hardware_id
-    from perfgate.store.baselines import BaselineEntry
+    from perfgate.judge.baseline_entry import BaselineEntry
     from perfgate.workloads import moe
 
     monkeypatch.delenv(mutations.ENV, raising=False)
@@ -369,7 +373,7 @@ def test_root_wrap_fails_the_counts_and_the_memory_gate(monkeypatch):
     ``regression`` (two 2-rank launches: 48 s on the busy 2-core VM, so a long case)."""
     from perfgate.judge.baseline_choice import Choice
     from perfgate.machine.hardware_id import resolve_hardware_id
-    from perfgate.store.baselines import BaselineEntry
+    from perfgate.judge.baseline_entry import BaselineEntry
     from perfgate.workloads.area import CheckFailed, Measured
     from perfgate.workloads.training import AREA
     from perfgate.workloads.training.summary import summarize_case

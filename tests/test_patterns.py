@@ -9,11 +9,12 @@ import time
 from hypothesis import given, strategies as st
 
 from perfgate.cli import main
-from perfgate.judge.config import load_settings
+from perfgate.store.settings import load_settings
 from perfgate.judge.patterns import PatternTable, literal_prefix
 from perfgate.store import results as results_mod
+from perfgate.judge.metric_result import area_of
 from perfgate.judge.metrics import summarize
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 
 TID = "perf/serving/test_decode.py::test_decode[cpu-C=8]"
 
@@ -125,7 +126,7 @@ def test_perfgate_compare_with_100k_override_rules(tmp_path, capsys):
     ids = [(f"perf/area{i % 50}/test_mod{i}.py::test_case[gloo-{i}]", f"metric_{i % 7}") for i in range(0, 100_000, 2500)]
 
     def doc(scale: float) -> dict:
-        rs = [MetricResult(test_id=t, area=results_mod.area_of(t), metric=m, unit="x", better="higher", tol=0.1,
+        rs = [MetricResult(test_id=t, area=area_of(t), metric=m, unit="x", better="higher", tol=0.1,
                            gated=True, summary=summarize([scale * 2.0] * 5), verdict={}) for t, m in ids]
         return results_mod.make_document(rs, hardware_id=hw, fingerprint={}, commit="c")
     results_mod.save(tmp_path / "a.json", doc(1.0))

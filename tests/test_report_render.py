@@ -19,6 +19,7 @@ import pytest
 
 from perfgate.judge import outcomes
 from perfgate.store import results as results_mod
+from perfgate.judge.metric_result import metric_results, short_id
 from perfgate.report import run_report
 from perfgate.report.textable import DEFAULT_LOG_WIDTH, cells, resolve_width
 
@@ -33,7 +34,7 @@ HEADERS = ("metric", "baseline", "current", "unit", "change", "tol", "verdict")
 
 def load(path: Path):
     doc = results_mod.load(path)
-    return doc, results_mod.metric_results(doc)
+    return doc, metric_results(doc)
 
 
 def raw_counts(doc: dict) -> dict:
@@ -73,7 +74,7 @@ def assert_readable(lines: list[str], width: int, shown) -> None:
         assert found >= n, f"{n} row(s) {pattern!r} expected whole on a line, found {found}"
     flat = "".join(line.strip() for line in lines)
     for r in shown:
-        sid = run_report.short_id(r.test_id)
+        sid = short_id(r.test_id)
         assert any(sid in line for line in lines) or sid in flat, sid
 
 
@@ -115,7 +116,7 @@ def test_gated_regression_is_in_the_first_lines_and_recorded_changes_are_not_reg
     regressed = next(r for r in results if r.gated and r.outcome == "regression")
     lines = [ln.text for ln in run_report.terminal_lines(results, hardware_id=doc["hardware_id"], width=100)]
     top = "\n".join(lines[:12])
-    assert run_report.short_id(regressed.test_id) in top and regressed.metric in top
+    assert short_id(regressed.test_id) in top and regressed.metric in top
     assert re.search(r"\s-37\.3%\s+35%\s+regression$", top, re.M)
     # ungated changes beyond tolerance: their own word, never "regression"
     worse = [r for r in results if not r.gated and r.outcome == "regression"]
@@ -316,7 +317,7 @@ def _check_table_lines(lines: list[str], width: int, headers: tuple[str, ...], r
 @pytest.mark.parametrize("width", WIDTHS)
 def test_calibrate_table_from_ten_real_runs(width):
     from perfgate.commands import calibrate as cal
-    from perfgate.judge.config import load_settings
+    from perfgate.store.settings import load_settings
 
     docs = [results_mod.load(p) for p in sorted(RUNS.glob("ten-run-check-r*.json.gz"))]
     assert len(docs) == 10

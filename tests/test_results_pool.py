@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.store import results
+from perfgate.judge import pooling
 
 
 def doc(hw, created, samples):
@@ -15,12 +15,12 @@ def doc(hw, created, samples):
 
 
 def test_pool_adds_samples_and_names_runs():
-    pooled = results.pool([doc("h", "2026-01-01", [1.0, 2.0]), doc("h", "2026-01-02", [3.0, 4.0, 5.0])], ["a", "b"])
-    entry = results.baseline_entries(pooled)["a"]["perf/a/t.py::t"]["bw"]
+    pooled = pooling.pool([doc("h", "2026-01-01", [1.0, 2.0]), doc("h", "2026-01-02", [3.0, 4.0, 5.0])], ["a", "b"])
+    entry = pooling.baseline_entries(pooled)["a"]["perf/a/t.py::t"]["bw"]
     assert entry.summary.n == 5 and entry.summary.median == 3.0
     assert "pooled over 2 runs" in entry.provenance and "2026-01-02" in entry.provenance
 
 
 def test_pool_refuses_mixed_hardware():
-    with pytest.raises(results.ResultsError, match="different hardware ids"):
-        results.pool([doc("h1", "x", [1.0]), doc("h2", "y", [1.0])], ["a", "b"])
+    with pytest.raises(pooling.PoolError, match="different hardware ids"):
+        pooling.pool([doc("h1", "x", [1.0]), doc("h2", "y", [1.0])], ["a", "b"])

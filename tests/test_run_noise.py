@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfgate.store import results
+from perfgate.judge import pooling
 from perfgate.judge import run_noise
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.cli import main
 from perfgate.judge.config import Settings
 from perfgate.judge.baseline_choice import Choice
@@ -91,22 +92,22 @@ def _doc(created, samples, *, commit="c1", tainted=False, unit="GB/s", gated=Tru
 def test_pool_keeps_one_summary_per_run_and_drops_tainted_runs():
     docs = [_doc("d1", [10.0, 10.2, 9.8]), _doc("d2", [50.0, 51.0, 49.0], tainted=True),
             _doc("d3", [10.1, 10.0, 10.3], commit="c2")]
-    pooled = results.pool(docs, ["r1.json", "r2.json", "r3.json"])
+    pooled = pooling.pool(docs, ["r1.json", "r2.json", "r3.json"])
     (r,) = pooled["results"]
     assert [x["file"] for x in r["runs"]] == ["r1.json", "r3.json"]
     assert r["left_out"] == ["r2.json"] and r["tainted"] == []
     assert max(r["summary"]["samples"]) < 11  # the tainted run's samples are not pooled
-    entry = results.baseline_entries(pooled)["a"]["perf/a/test_t.py::t"]["bw"]
+    entry = pooling.baseline_entries(pooled)["a"]["perf/a/test_t.py::t"]["bw"]
     assert "pooled over 2 runs" in entry.provenance and "commit c2" in entry.provenance
     assert [x["commit"] for x in entry.runs] == ["c1", "c2"]
     # every run tainted: the metric stays tainted and refresh leaves it out
-    all_bad = results.pool([_doc("d1", [1.0], tainted=True), _doc("d2", [1.0], tainted=True)], ["a", "b"])
-    assert results.baseline_entries(all_bad) == {}
+    all_bad = pooling.pool([_doc("d1", [1.0], tainted=True), _doc("d2", [1.0], tainted=True)], ["a", "b"])
+    assert pooling.baseline_entries(all_bad) == {}
 
 
 def test_baseline_file_keeps_runs_and_reads_schema_1(tmp_path):
     store = BaselineStore(tmp_path)
-    entry = results.baseline_entries(results.pool([_doc("d1", [1.0, 1.1]), _doc("d2", [1.2, 1.0])], ["a", "b"]))
+    entry = pooling.baseline_entries(pooling.pool([_doc("d1", [1.0, 1.1]), _doc("d2", [1.2, 1.0])], ["a", "b"]))
     store.write("hw", "a", entry["a"])
     loaded = store.lookup("hw", "a", "perf/a/test_t.py::t", "bw")
     assert len(loaded.runs) == 2 and loaded.runs[1]["file"] == "b"

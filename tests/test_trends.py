@@ -14,10 +14,11 @@ import pytest
 
 from perfgate.store import results as results_mod
 from perfgate.report import changepoints, trends
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.cli import main
 from perfgate.judge.metrics import summarize
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 
 AR = "perf/collectives/test_collectives.py::test_all_reduce[nccl-2gpu-PIX-{}]"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.store import results as results_mod
+from perfgate.judge import pooling
 from perfgate.cli import main as cli_main
 from perfgate.workloads.serving import GPU_PROFILE
 from perfgate.workloads.serving.identity import canonical_flags, describe_model, served_workload
@@ -130,15 +131,15 @@ def test_compare_and_refresh_keep_workloads_apart(project, monkeypatch, tmp_path
     out = capsys.readouterr().out
     assert "2 metric(s) not comparable: the baseline measured another workload" in out
     # pooling runs of two models into one baseline would be a baseline of neither
-    with pytest.raises(results_mod.ResultsError, match="the runs measured different workloads"):
-        results_mod.pool([results_mod.load(a), results_mod.load(b)], ["a.json", "b.json"])
+    with pytest.raises(pooling.PoolError, match="the runs measured different workloads"):
+        pooling.pool([results_mod.load(a), results_mod.load(b)], ["a.json", "b.json"])
     assert cli_main(["refresh", str(a), str(b), "--yes", "--root", str(project.path)]) == 2
     assert "the runs measured different workloads" in capsys.readouterr().err
     # a run from before identities were recorded pools with either; the pooled entry keeps the recorded one
     old = results_mod.load(a)
     for r in old["results"]:
         del r["workload"]
-    pooled = results_mod.pool([old, results_mod.load(b)], ["old.json", "b.json"])
+    pooled = pooling.pool([old, results_mod.load(b)], ["old.json", "b.json"])
     assert {r["workload"]["model"] for r in pooled["results"]} == {"qwen2 h3584 L28"}
 
 

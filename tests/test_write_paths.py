@@ -32,10 +32,11 @@ from perfgate.judge.metrics import MetricError
 from perfgate import cli, mutations
 from perfgate.commands import calibrate
 from perfgate.judge.metrics import MAX_STORED_SAMPLES, summarize
+from perfgate.commands.confirm import confirmed
 from perfgate.store import baseline_writer, locks
 from perfgate.store.baseline_writer import Checks, WriteRefused
 from perfgate.store.baselines import BaselineStore
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 from perfgate.store.safe_paths import PathError
 from test_hardening import HW, TEST_FILE, cli_subprocess, entry, one_line, result, results_doc
 
@@ -532,7 +533,7 @@ def test_refresh_and_calibrate_ask_the_same_question_before_writing(monkeypatch,
 
     monkeypatch.setattr(sys, "stdin", Stdin())
     monkeypatch.setattr("builtins.input", ask)
-    assert baseline_writer.confirmed(yes, "write 3 metric(s) to baselines/x?") is written
+    assert confirmed(yes, "write 3 metric(s) to baselines/x?") is written
     out, err = capsys.readouterr()
     assert asked == ([] if yes or not tty else ["write 3 metric(s) to baselines/x? [y/N] "])
     assert ("pass --yes" in err) == (not yes and not tty)

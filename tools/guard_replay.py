@@ -26,11 +26,13 @@ except ImportError:  # run from a checkout without `pip install -e .`
 
 from perfgate.judge import guard  # noqa: E402
 from perfgate.judge.baseline_choice import Choice  # noqa: E402
-from perfgate.judge.config import load_settings  # noqa: E402
+from perfgate.store.settings import load_settings  # noqa: E402
 from perfgate.judge.gate import Context, evaluate  # noqa: E402
 from perfgate.judge.held_out import leave_one_out  # noqa: E402
 from perfgate.store import results as results_mod  # noqa: E402
-from perfgate.store.baselines import BaselineEntry, BaselineStore  # noqa: E402
+from perfgate.judge.metric_result import metric_results
+from perfgate.store.baselines import BaselineStore  # noqa: E402
+from perfgate.judge.baseline_entry import BaselineEntry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 consider(test_id, metric, h.baseline, h.median, h.gated, h.explanation, f"{h.run} (vs the others)")
     store = BaselineStore(settings.baselines)
     for path in sorted({p for g in args.against_committed for p in args.runs.glob(g)}):
-        for r in results_mod.metric_results(results_mod.load(path)):
+        for r in metric_results(results_mod.load(path)):
             entry = store.lookup(args.hardware_id, r.area, r.test_id, r.metric)
             if entry is None:
                 continue

@@ -17,9 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from perfgate.judge.baseline_choice import BaselineChooser  # noqa: E402
-from perfgate.judge.config import load_settings  # noqa: E402
+from perfgate.store.settings import load_settings  # noqa: E402
 from perfgate.judge.gate import Context, evaluate  # noqa: E402
 from perfgate.store import results as results_mod  # noqa: E402
+from perfgate.judge.metric_result import metric_results
 from perfgate.store.baselines import BaselineStore  # noqa: E402
 
 
@@ -38,7 +39,7 @@ def main(argv=None) -> int:
     context = Context.of(settings, hw)
     counts: collections.Counter = collections.Counter()
     shown = set(args.show.split(","))
-    for r in results_mod.metric_results(doc):
+    for r in metric_results(doc):
         if any(s in r.test_id for s in args.skip):
             continue
         metric = r.measured()

@@ -23,12 +23,13 @@ import numpy as np
 
 from perfgate.judge import ab_stats
 from perfgate.store import results as results_mod
+from perfgate.judge.metric_result import metric_results
 from perfgate.judge.metrics import MAX_TOLERANCE, summarize
 from perfgate.commands import pytest_run
 from perfgate.options import number, output_file, output_folder
 from perfgate.report.run_report import metric_table, regression_line
 from perfgate.report.textable import stdout_width
-from perfgate.store.results import MetricResult, area_of
+from perfgate.judge.metric_result import MetricResult, area_of
 
 _OWN_OPTIONS = {"--a-python", "--b-python", "--a-env", "--b-env", "--rounds", "--threshold", "--confidence",
                 "--save", "--keep", "--root", "--hardware-id", "--time-limit"}
@@ -133,7 +134,7 @@ def compare(a_docs: list[dict], b_docs: list[dict], *, threshold: float, confide
         out: dict[tuple[str, str], list] = {}
         meta: dict[tuple[str, str], MetricResult] = {}
         for i, doc in enumerate(docs):
-            for r in results_mod.metric_results(doc):
+            for r in metric_results(doc):
                 out.setdefault((r.test_id, r.metric), [None] * len(docs))[i] = r.summary.median
                 meta[(r.test_id, r.metric)] = r
         return out, meta

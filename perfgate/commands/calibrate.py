@@ -45,18 +45,25 @@ from scipy.stats import norm
 
 from perfgate import mutations
 from perfgate.commands import pytest_run
-from perfgate.store import baseline_writer, interrupts, results as results_mod, run_store
+from perfgate.store import baseline_writer, results as results_mod, run_store
+from perfgate import interrupts
+from perfgate.commands.confirm import confirmed
+from perfgate.judge import pooling
+from perfgate.judge.metric_result import MetricResult
+from perfgate.judge.metric_result import metric_results
 from perfgate.store.baseline_writer import Checks
-from perfgate.store.baselines import BaselineEntry, now_iso
-from perfgate.judge.config import load_settings
+from perfgate.store.baselines import now_iso
+from perfgate.judge.baseline_entry import BaselineEntry
+from perfgate.store.settings import load_settings
 from perfgate.judge.gate import tolerance
 from perfgate.judge.held_out import HeldOut, leave_one_out, sitting_note, worst
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.judge.metrics import MAX_TOLERANCE, summarize
 from perfgate.options import number, output_folder
-from perfgate.report.run_report import fmt_number, short_id
+from perfgate.report.run_report import fmt_number
+from perfgate.judge.metric_result import short_id
 from perfgate.report.textable import Column, Line, render, stdout_width, wrap_words
-from perfgate.store.results import area_of
+from perfgate.judge.metric_result import area_of
 from perfgate.judge.run_noise import MAD_TO_SIGMA, robust_spread
 
 DEFAULT_FLOOR = 0.02
@@ -158,9 +165,9 @@ def calibrate_docs(docs: list[dict], settings, *, k: float, floor: float, fracti
     medians: dict[tuple[str, str], list[float]] = {}
     pooled: dict[tuple[str, str], list[float]] = {}
     within: dict[tuple[str, str], list[float]] = {}
-    meta: dict[tuple[str, str], results_mod.MetricResult] = {}
+    meta: dict[tuple[str, str], MetricResult] = {}
     for doc in docs:
-        for r in results_mod.metric_results(doc):
+        for r in metric_results(doc):
             if r.tainted and not include_tainted:
                 continue
             key = (r.test_id, r.metric)
@@ -264,7 +271,7 @@ def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float
     last = docs[-1]
     software = (last.get("fingerprint") or {}).get("software")
     names = names or [f"run{i + 1}" for i in range(len(docs))]
-    pooled = results_mod.pool(docs, names, refs=refs) if len(docs) > 1 else None
+    pooled = pooling.pool(docs, names, refs=refs) if len(docs) > 1 else None
     runs = {(r["test_id"], r["metric"]): tuple(r.get("runs") or ()) for r in (pooled or {}).get("results", [])}
     workloads = {(r["test_id"], r["metric"]): r.get("workload") for d in docs for r in d.get("results") or []}
     out: dict[str, dict[str, dict[str, BaselineEntry]]] = {}
@@ -390,10 +397,10 @@ def run(args: argparse.Namespace) -> int:
     plan = baseline_writer.plan_from_entries(
         hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names,
                              refs=[run_store.run_reference(Path(n), hardware_id) for n in names] if args.saved else None),
-        fingerprint=results_mod.newest(docs).get("fingerprint"), source=f"calibrate ({len(docs)} {source})")
+        fingerprint=pooling.newest(docs).get("fingerprint"), source=f"calibrate ({len(docs)} {source})")
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=root / "pyproject.toml")
-    if not baseline_writer.confirmed(args.yes, f"write {plan.count} calibrated metric(s) to {store.root / hardware_id}?"):
+    if not confirmed(args.yes, f"write {plan.count} calibrated metric(s) to {store.root / hardware_id}?"):
         return 1
     baseline_writer.write_plan(store, plan, checks,
                                wrote=lambda path, prev: interrupts.say_while_writing(f"wrote {path}"))

@@ -5,11 +5,13 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from perfgate.store import interrupts, results as results_mod
+from perfgate.store import results as results_mod
+from perfgate import interrupts
+from perfgate.judge.metric_result import metric_results
 from perfgate.report import run_report
 from perfgate.judge.baseline_choice import Choice, report_notes
-from perfgate.store.baselines import BaselineEntry
-from perfgate.judge.config import load_settings
+from perfgate.judge.baseline_entry import BaselineEntry
+from perfgate.store.settings import load_settings
 from perfgate.judge.fingerprint_check import compare as compare_fingerprints
 from perfgate.judge.gate import Context, evaluate
 from perfgate.report.textable import stdout_width, wrap_words
@@ -50,10 +52,10 @@ def run(args: argparse.Namespace) -> int:
     if args.gate:
         settings.gate = args.gate
     context = Context.of(settings, b["hardware_id"])
-    ref = {(r.test_id, r.metric): r for r in results_mod.metric_results(a)}
+    ref = {(r.test_id, r.metric): r for r in metric_results(a)}
     diff = compare_fingerprints(a.get("fingerprint"), b.get("fingerprint") or {})
     out = []
-    for r in results_mod.metric_results(b):
+    for r in metric_results(b):
         base = ref.get((r.test_id, r.metric))
         choice = Choice.none()
         if base is not None:

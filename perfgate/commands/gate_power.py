@@ -30,8 +30,9 @@ from perfgate.commands import pytest_run
 from perfgate.report.textable import Column, render, stdout_width
 from perfgate.report.trends import family_of
 from perfgate.store import results as results_mod
+from perfgate.judge.metric_result import metric_results
 from perfgate.store.atomic import write_json_atomic
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 
 
 @dataclass
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace, pytest_args: list[str], conditions: dict[str, 
             status = pytest_run.run_saving(pytest_args, save, root=root, hardware_id=args.hardware_id,
                                            env_extra=env, remeasure=True)
             durations.append(time.monotonic() - start)
-            tally.add(cond, status, results_mod.metric_results(results_mod.load(save)))
+            tally.add(cond, status, metric_results(results_mod.load(save)))
             if args.save:
                 write_json_atomic(args.save, tally.document(pytest_args, done + 1, total))
         else:

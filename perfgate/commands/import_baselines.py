@@ -22,15 +22,18 @@ from rich.console import Console
 from rich.markup import escape
 
 from perfgate.importers import FORMATS, Imported, ImportedNumber
-from perfgate.judge.config import load_settings
+from perfgate.store.settings import load_settings
 from perfgate.judge.metrics import summarize
 from perfgate.machine.hardware_id import check_hardware_id
-from perfgate.report.run_report import fmt_number, short_id
+from perfgate.report.run_report import fmt_number
+from perfgate.judge.metric_result import short_id
 from perfgate.report.textable import Column, printable, render, stdout_width
-from perfgate.store import baseline_writer, interrupts
+from perfgate.store import baseline_writer
+from perfgate import interrupts
 from perfgate.store.baseline_writer import Checks
-from perfgate.store.baselines import BaselineEntry, BaselineStore
-from perfgate.store.results import area_of
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
+from perfgate.judge.metric_result import area_of
 
 Plan = dict[str, dict[str, dict[str, BaselineEntry]]]  # area -> test id -> metric -> entry
 

@@ -52,10 +52,10 @@ from perfgate.judge import ab_stats
 from perfgate.commands import ab as ab_cmd
 from perfgate.options import number, output_file, output_folder
 from perfgate.commands import gate_power
-from perfgate.report.run_report import short_id
+from perfgate.judge.metric_result import short_id
 from perfgate.report.textable import Column, render, stdout_width
 from perfgate.store.atomic import write_json_atomic
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 _OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--aa-repeats", "--rounds", "--threshold", "--confidence",

@@ -5,7 +5,7 @@ after confirmation (or --yes). It writes only the results' own hardware id folde
 a machine change creates a new folder and leaves every other one untouched; the file it
 replaces is kept as ``<area>.json.prev``.
 
-Several results files are pooled (perfgate.store.results.pool), each metric keeping one summary
+Several results files are pooled (perfgate.judge.pooling.pool), each metric keeping one summary
 per run for the between-run noise model; a gated metric whose run medians disagree beyond
 its tolerance stops the refresh with the runs side by side (``--force`` pools them anyway),
 ``--test``/``--metric`` take only the named figures of the runs (the rest of the baselines stay as
@@ -23,13 +23,16 @@ import sys
 from pathlib import Path
 
 
-from perfgate.judge.config import load_settings
+from perfgate.store.settings import load_settings
 from perfgate.report.textable import printable
-from perfgate.store import baseline_writer, interrupts, results as results_mod, run_store
+from perfgate.store import baseline_writer, results as results_mod, run_store
+from perfgate import interrupts
+from perfgate.commands.confirm import confirmed
 from perfgate.store.baseline_writer import Checks
 from perfgate.store.baselines import BaselineStore
 from perfgate.judge.fingerprint_check import compare as compare_fingerprints, workload_changes
-from perfgate.report.run_report import fmt_number, short_id
+from perfgate.report.run_report import fmt_number
+from perfgate.judge.metric_result import short_id
 from perfgate.report.textable import Column, render, stdout_width, wrap_words
 
 
@@ -126,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         _review_area(store, hw, area, entries, doc, width=width, say=say)
     say(f"  new software: {_software_line((doc.get('fingerprint') or {}).get('software'))}; "
         f"commit {printable(str(doc.get('commit')))}, measured {printable(str(doc.get('created')))}")
-    if not baseline_writer.confirmed(args.yes, f"write {plan.count} metric(s) to {store.root / hw}?"):
+    if not confirmed(args.yes, f"write {plan.count} metric(s) to {store.root / hw}?"):
         return 1
     baseline_writer.write_plan(store, plan, checks, wrote=lambda path, prev: interrupts.say_while_writing(
         f"wrote {path}" + (f" (previous kept as {path.name}.prev)" if prev else "")))

@@ -20,11 +20,12 @@ from perfgate.commands.trends import (add_detection_options, add_fail_on_worse, 
                                      history_name)
 from perfgate.report.run_report import md_code, md_text
 from perfgate.report.textable import printable
-from perfgate.judge.config import load_settings, repository_url
+from perfgate.judge.config import repository_url
+from perfgate.store.settings import load_settings
 from perfgate.report import changepoints, html_page, trends
-from perfgate.store import interrupts
+from perfgate import interrupts
 from perfgate.store.baselines import BaselineStore
-from perfgate.store.results import area_of
+from perfgate.judge.metric_result import area_of
 from perfgate.store.safe_paths import outside_root
 
 MAX_PANELS = 16  # per PNG; larger families are split into parts

@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 from perfgate.report.textable import printable
-from perfgate.store import interrupts, results as results_mod, run_store
+from perfgate.store import results as results_mod, run_store
+from perfgate import interrupts
 from perfgate.store.backends import ENV, StoreError, StoreUnavailable, describe, documents, open_store, spec_of
 
 

@@ -17,7 +17,7 @@ from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.commands.store import add_store_option
 from perfgate.report import changepoints, trends
 from perfgate.store.backends import describe, open_store, spec_of
-from perfgate.report.run_report import short_id
+from perfgate.judge.metric_result import short_id
 from perfgate.report.textable import Column, render, stdout_width
 from perfgate.options import number
 

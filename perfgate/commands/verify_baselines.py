@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfgate.judge import run_noise
-from perfgate.judge.config import load_settings
+from perfgate.store.settings import load_settings
 from perfgate.commands.store import add_store_option
 from perfgate.store.backends import ResultsStore, StoreError, documents, open_store
 from perfgate.store.baselines import BaselineStore

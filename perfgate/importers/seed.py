@@ -16,9 +16,9 @@ from typing import Any
 
 from perfgate.importers import Imported, ImportedNumber
 from perfgate.judge.metrics import Summary
-from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.store.readers import Checker, read_json
-from perfgate.store.results import area_of
+from perfgate.judge.metric_result import area_of
 
 TOOL = "seed"
 

@@ -16,16 +16,15 @@ GPUs on the same interconnect).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from perfgate.machine import cpu_info
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.judge.fingerprint_check import HOST_BOUND_NOTE, WORKLOAD_NOTE, FingerprintDiff, compare
 from perfgate.judge.metrics import FALLS_BACK
 from perfgate.judge.policy import is_cpu_id
+from perfgate.judge.metric_result import area_of
 from perfgate.machine.hardware import id_family
-from perfgate.store.results import area_of
 
 _ISA_ORDER = {name: i for i, name in enumerate(cpu_info.ISA_LEVELS + cpu_info.ARM_ISA_LEVELS)}
 
@@ -92,25 +91,35 @@ def same_size_ids(hardware_id: str, available: list[str]) -> list[str]:
                   and id_family(h)[0] != family and _gpu_shape(h) == shape)
 
 
-def tolerances_id(baselines_root: Path, hardware_id: str) -> str:
-    """The id whose ``tolerances.toml`` applies: this id's if it has one, else the nearest of its family,
+def tolerances_id(hardware_id: str, with_tolerances: list[str]) -> str:
+    """The id whose ``tolerances.toml`` applies, of ``with_tolerances`` (the ids whose folder has one,
+    perfgate.store.settings lists them): this id's if it has one, else the nearest of its family,
     else one of another model of the same machine size: a shared 2-core VM is noisy the same way whoever
     made its CPU (an Intel AMX CI machine read the AMD 2-core VMs' spreads, 2026-12-02), and a lent 1-GPU
     machine's host figures (TTFT, client-paced throughput, launch-bound kernels) are its host's whichever
     card it holds (the first H100 lease, 2026-12-05, would have gated them at the bare defaults)."""
-    root = Path(baselines_root)
-    if (root / hardware_id / "tolerances.toml").exists() or not root.is_dir():
+    if hardware_id in with_tolerances:
         return hardware_id
-    ids = sorted(p.name for p in root.iterdir() if (p / "tolerances.toml").exists())
+    ids = sorted(with_tolerances)
     near = family_candidates(hardware_id, ids) or same_size_ids(hardware_id, ids)
     return near[0] if near else hardware_id
+
+
+class BaselineSource(Protocol):
+    """What the chooser reads baselines through (perfgate.store.baselines.BaselineStore is one)."""
+
+    def lookup(self, hardware_id: str, area: str, test_id: str, metric: str) -> BaselineEntry | None: ...
+
+    def document(self, hardware_id: str, area: str) -> dict: ...
+
+    def hardware_ids(self) -> list[str]: ...
 
 
 class BaselineChooser:
     """Looks up baselines for one session: exact id first, the family for ratios, with the
     fingerprint comparison of each (id, area) baseline file done once."""
 
-    def __init__(self, store: BaselineStore, hardware_id: str, fingerprint: Callable[[], dict]):
+    def __init__(self, store: BaselineSource, hardware_id: str, fingerprint: Callable[[], dict]):
         self.store = store
         self.hardware_id = hardware_id
         self._fingerprint = fingerprint  # called only once a baseline is found: it may ask torch

@@ -1,7 +1,9 @@
-"""perfgate settings from ``[tool.perfgate]`` in pyproject.toml and baselines/tolerances.toml.
+"""perfgate's settings: tolerances, overrides, record-only patterns, the gate mode, and their checks.
 
-Parsed once per session; every bad value fails with the file and key named, before
-anything is measured.
+What the judge is configured by, checked table by table (:func:`apply_table`); every bad value fails
+with the file and key named, before anything is measured. The files they come from (``[tool.perfgate]``
+in pyproject.toml, baselines/tolerances.toml, the machine's own) are read once per session by
+perfgate.store.settings.load_settings.
 """
 from __future__ import annotations
 
@@ -10,13 +12,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfgate.judge.baseline_choice import tolerances_id
 from perfgate.judge.guard import GuardConfigError, GuardSettings, apply as apply_guard
 from perfgate.judge.patterns import PatternTable
 from perfgate.judge.policy import GATE_MODES
 from perfgate.judge.metrics import MAX_TOLERANCE
-from perfgate.store.readers import ReadError, read_toml
-from perfgate.store.safe_paths import absolute_keeping_last_link, inside_root
 
 DEFAULT_TOLERANCES = {
     "bandwidth": 0.05, "throughput": 0.05, "latency": 0.10, "memory": 0.02,
@@ -40,7 +39,7 @@ def floor_of(unit: str, declared: float | None) -> tuple[float, str]:
     return floor, f"the default {floor:g} {unit} floor of {unit} metrics that declare none (perf.record floor=)"
 
 
-class ConfigError(ReadError):
+class ConfigError(ValueError):
     """A perfgate setting is malformed; the message names the file and the key."""
 
 
@@ -93,11 +92,7 @@ def repository_url(value: object) -> str:
     return text.rstrip("/")
 
 
-def _read_toml(path: Path) -> dict:
-    return read_toml(path, fix="fix the syntax (UTF-8 TOML)", error=ConfigError)
-
-
-def _table(value, where: str) -> dict:
+def table_of(value, where: str) -> dict:
     """A TOML table or nothing; anything else (``tolerances = 5``) is a one-line error."""
     if value is None:
         return {}
@@ -107,7 +102,8 @@ def _table(value, where: str) -> dict:
     return value
 
 
-def _apply(settings: Settings, table: dict, where: str) -> None:
+def apply_table(settings: Settings, table: dict, where: str) -> None:
+    """Set what ``table`` (one file's perfgate table, read from ``where``) says on ``settings``, checked."""
     known = {"baselines", "retries", "gate", "tolerances", "overrides", "record_only", "gross_change",
              "repository_url"}
     unknown = set(table) - known
@@ -127,7 +123,7 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
         if not isinstance(table["gate"], str) or table["gate"] not in GATE_MODES:
             raise ConfigError(f"{where}.gate: must be one of {GATE_MODES}, got {table['gate']!r}")
         settings.gate = table["gate"]
-    for family, value in _table(table.get("tolerances"), f"{where}.tolerances").items():
+    for family, value in table_of(table.get("tolerances"), f"{where}.tolerances").items():
         if family not in DEFAULT_TOLERANCES:
             raise ConfigError(f"{where}.tolerances.{family}: unknown unit family; "
                               f"known: {sorted(DEFAULT_TOLERANCES)}")
@@ -135,9 +131,9 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
         if family == "fraction" and value >= 1:
             raise ConfigError(f"{where}.tolerances.fraction: {value!r} is an absolute change >= 1, wider than any "
                               f"fraction's range [0, 1], so it could never fail; use e.g. 0.03")
-    for pattern, value in _table(table.get("overrides"), f"{where}.overrides").items():
+    for pattern, value in table_of(table.get("overrides"), f"{where}.overrides").items():
         settings.overrides[pattern] = _number(value, f"{where}.overrides.{pattern!r}")
-    for pattern, reason in _table(table.get("record_only"), f"{where}.record_only").items():
+    for pattern, reason in table_of(table.get("record_only"), f"{where}.record_only").items():
         if not isinstance(reason, str) or not reason.strip():
             raise ConfigError(f"{where}.record_only.{pattern!r}: give the reason as a non-empty string "
                               f"(it is shown in the report), got {reason!r}")
@@ -147,40 +143,3 @@ def _apply(settings: Settings, table: dict, where: str) -> None:
             apply_guard(settings.gross_change, table["gross_change"], f"{where}.gross_change")
         except GuardConfigError as exc:
             raise ConfigError(str(exc)) from None
-
-
-def load_settings(rootdir: Path, baselines_dir: Path | None = None, hardware_id: str | None = None) -> Settings:
-    """Read pyproject.toml's [tool.perfgate], then <baselines>/tolerances.toml, then the machine's
-    <baselines>/<id>/tolerances.toml on top: ``hardware_id``'s own, else the nearest of its family's
-    (perfgate.judge.baseline_choice.tolerances_id), read once.
-
-    The last file exists because noise is a property of the machine: a shared 2-core VM
-    needs wider tolerances on timing ratios than an H200 node, for the same test. ``hardware_id``
-    is one perfgate.machine.hardware_id already checked (it names a folder; the path is also
-    kept inside the baselines root)."""
-    rootdir = Path(rootdir)
-    pyproject = rootdir / "pyproject.toml"
-    table: dict = {}
-    if pyproject.exists():
-        tool = _table(_read_toml(pyproject).get("tool"), f"{pyproject} [tool]")
-        table = _table(tool.get("perfgate"), f"{pyproject} [tool.perfgate]")
-    base = table.get("baselines", "baselines")
-    if not isinstance(base, str) or not base.strip():
-        raise ConfigError(f"{pyproject} [tool.perfgate].baselines: must be a folder path as a string, like "
-                          f"\"baselines\", got {base!r}"[:300])
-    settings = Settings(baselines=absolute_keeping_last_link(baselines_dir or (rootdir / base)))
-    if table:
-        _apply(settings, table, f"{pyproject} [tool.perfgate]")
-        settings.sources.append(str(pyproject))
-    tol_file = inside_root(settings.baselines, settings.baselines / "tolerances.toml", what="tolerances file")
-    if tol_file.exists():
-        _apply(settings, _read_toml(tol_file), str(tol_file))
-        settings.sources.append(str(tol_file))
-    if hardware_id:
-        settings.tolerances_id = tolerances_id(settings.baselines, hardware_id)
-        hw_file = inside_root(settings.baselines, settings.baselines / settings.tolerances_id / "tolerances.toml",
-                              what="tolerances file")
-        if hw_file.exists():
-            _apply(settings, _read_toml(hw_file), str(hw_file))
-            settings.sources.append(str(hw_file))
-    return settings

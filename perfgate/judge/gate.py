@@ -11,14 +11,14 @@ from dataclasses import dataclass, replace
 
 from perfgate.judge import guard, load_bound, run_noise
 from perfgate.judge.baseline_choice import Choice
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.judge.config import ConfigError, Settings, floor_of
 from perfgate.judge.fingerprint_check import host_paced_note, judged_dependency, not_comparable, other_workload
+from perfgate.judge.metric_result import MetricResult, area_of
 from perfgate.judge.metrics import Metric, summarize
 from perfgate.judge.policy import GatePolicy, load_moves
 from perfgate.judge.run_noise import RunSummary
 from perfgate.judge.verdict import MIN_SAMPLES_FOR_RANK_TEST, Outcome, decide, is_exact
-from perfgate.store.baselines import BaselineEntry
-from perfgate.store.results import MetricResult, area_of
 
 
 @dataclass(frozen=True)

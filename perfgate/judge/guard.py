@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.judge.patterns import PatternTable
-from perfgate.store.baselines import BaselineEntry
 from perfgate.judge.verdict import Outcome, Verdict, worsening
 
 DEFAULT_FACTOR = 3.0

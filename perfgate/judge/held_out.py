@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from perfgate.judge import pooling
 from perfgate.judge.baseline_choice import Choice
+from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.judge.fingerprint_check import compare
 from perfgate.judge.gate import Context, evaluate
 from perfgate.judge.run_noise import sitting_key
-from perfgate.store import results as results_mod
-from perfgate.store.baselines import BaselineEntry
+from perfgate.judge.metric_result import metric_results
 
 Key = tuple[str, str]  # (test id, metric)
 
@@ -47,7 +48,7 @@ def leave_one_out(docs: list[dict], names: list[str], settings, hardware_id: str
                   include_tainted: bool = False) -> dict[Key, list[HeldOut]]:
     """Every metric of every run against the pool of the other runs' samples; needs >= 2 runs.
 
-    ``settings``: perfgate.judge.config.load_settings for ``hardware_id`` (its tolerances.toml).
+    ``settings``: perfgate.store.settings.load_settings for ``hardware_id`` (its tolerances.toml).
     A metric measured by one run only has no held-out verdict."""
     if len(docs) < 2:
         raise ValueError("leave-one-out needs at least 2 runs")
@@ -58,10 +59,10 @@ def leave_one_out(docs: list[dict], names: list[str], settings, hardware_id: str
     for i, (doc, name) in enumerate(zip(docs, names)):
         rest = [(d, n) for j, (d, n) in enumerate(zip(docs, names))
                 if (sittings[j] != sittings[i] if by_sitting else j != i)]
-        pooled = results_mod.pool([d for d, _ in rest], [n for _, n in rest], include_tainted=include_tainted)
-        entries = results_mod.baseline_entries(pooled, include_tainted=include_tainted)
+        pooled = pooling.pool([d for d, _ in rest], [n for _, n in rest], include_tainted=include_tainted)
+        entries = pooling.baseline_entries(pooled, include_tainted=include_tainted)
         diff = compare(pooled.get("fingerprint"), doc.get("fingerprint") or {})
-        for r in results_mod.metric_results(doc):
+        for r in metric_results(doc):
             if r.tainted and not include_tainted:
                 continue
             entry = entries.get(r.area, {}).get(r.test_id, {}).get(r.metric)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult
 
 # a recorded-only metric's outcome, in words that do not claim it failed anything
 RECORDED_WORD = {"pass": "pass", "regression": "worse", "noisy": "noisy", "improved": "better", "new": "new"}

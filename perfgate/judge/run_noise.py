@@ -18,7 +18,7 @@ contributing run (median, within-run spread, when, commit, host identity), and:
 - runs whose medians disagree beyond the tolerance (one would fail against another) are not
   pooled silently.
 
-Pure functions, no I/O; results.pool and gate.evaluate call them.
+Pure functions, no I/O; pooling.pool and gate.evaluate call them.
 """
 from __future__ import annotations
 

@@ -19,8 +19,9 @@ from typing import Callable
 from urllib.parse import quote
 
 from perfgate.report import changepoints, svg_plot, trends
-from perfgate.report.run_report import METRIC_COLUMNS, metric_row, short_id, style_of
-from perfgate.store.results import MetricResult
+from perfgate.report.run_report import METRIC_COLUMNS, metric_row, style_of
+from perfgate.judge.metric_result import short_id
+from perfgate.judge.metric_result import MetricResult
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from perfgate import mutations
-from perfgate.judge import outcomes
+from perfgate.judge import outcomes, pooling
 from perfgate.judge.baseline_choice import report_notes as baseline_notes
 from perfgate.machine import hardware
 from perfgate.report import run_report
@@ -138,7 +138,7 @@ def _refresh(config: pytest.Config, state: PerfState, doc: dict) -> None:
     if doc["interrupted"]:
         state.refresh_note = "run was interrupted: baselines NOT refreshed (re-run to completion)"
         return
-    if not results_mod.baseline_entries(doc):
+    if not pooling.baseline_entries(doc):
         state.refresh_note = nothing_refreshed(config, state)
         state.refresh_failed = True
         return

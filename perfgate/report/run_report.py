@@ -13,7 +13,7 @@ from typing import Iterable
 
 from perfgate.judge import outcomes
 from perfgate.judge.policy import GatePolicy
-from perfgate.store.results import MetricResult
+from perfgate.judge.metric_result import MetricResult, short_id
 from perfgate.report.textable import Column, Line, printable, render, wrap_words
 
 TERMINAL_ATTENTION_LIMIT = 50  # rows of the attention table on a terminal; failing rows always shown
@@ -51,10 +51,6 @@ def change_text(r: MetricResult) -> str:
 
 def tol_text(r: MetricResult) -> str:
     return f"{r.tol:.3f}" if r.unit == "fraction" else f"{r.tol * 100:.0f}%"
-
-
-def short_id(test_id: str) -> str:
-    return test_id.split("::", 1)[-1]
 
 
 METRIC_COLUMNS = (Column("test", fold=True, group=True), Column("metric", fold=True),

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 from perfgate.store import results as results_mod
+from perfgate.judge.metric_result import MetricResult
+from perfgate.judge.metric_result import metric_results
 from perfgate.store.backends import ResultsStore, documents
 
 
@@ -31,9 +33,9 @@ class Run:
     load: Callable[[], dict] = field(repr=False, compare=False)   # the whole document, read when shown
 
     @cached_property
-    def results(self) -> tuple[results_mod.MetricResult, ...]:
+    def results(self) -> tuple[MetricResult, ...]:
         """Every result with its verdict: read from the file or store when a page shows this run."""
-        return tuple(results_mod.metric_results(self.load()))
+        return tuple(metric_results(self.load()))
 
     @property
     def label(self) -> str:

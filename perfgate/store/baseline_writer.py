@@ -10,7 +10,7 @@ line naming the file, test and metric, with nothing written:
   mutation or slowdown knob on (perfgate.mutations);
 - results measured on a tree with uncommitted changes (commit ``...-dirty-<hash>``), unless
   allowed (``--allow-dirty`` / ``--perf-allow-dirty``);
-- runs of another hardware id or another workload pooled together (perfgate.store.results.pool),
+- runs of another hardware id or another workload pooled together (perfgate.judge.pooling.pool),
   and gated metrics whose run medians disagree beyond the tolerance stored with them (unless
   ``--force``);
 - replacing a baseline that measured another workload (another model or engine flags under the
@@ -36,9 +36,12 @@ from typing import Callable
 from perfgate import mutations
 from perfgate.judge import run_noise, signs
 from perfgate.judge.fingerprint_check import compare, workload_changes
-from perfgate.report.run_report import short_id
-from perfgate.store import interrupts, locks, results as results_mod
-from perfgate.store.baselines import BaselineEntry, BaselineStore
+from perfgate.judge.metric_result import short_id
+from perfgate.store import locks
+from perfgate import interrupts
+from perfgate.judge import pooling
+from perfgate.store.baselines import BaselineStore
+from perfgate.judge.baseline_entry import BaselineEntry
 
 ByArea = dict[str, dict[str, dict[str, BaselineEntry]]]
 
@@ -138,7 +141,7 @@ def other_machines(docs: list[dict], names: list[str]) -> list[str]:
     run's fingerprint: runs of another machine in it would be judged as if measured on that one."""
     if len(docs) < 2:
         return []
-    last = results_mod.newest(docs)
+    last = pooling.newest(docs)
     ref, last_name = last.get("fingerprint") or {}, names[next(i for i, d in enumerate(docs) if d is last)]
     out = []
     for doc, name in zip(docs, names):
@@ -279,9 +282,9 @@ def plan_from_results(docs: list[dict], names: list[str], checks: Checks, *,
     check_documents(docs, names, checks)
     ref_of = dict(zip(names, refs)) if refs else {}
     docs, names = distinct(docs, names, say)
-    doc = results_mod.pool(docs, names, include_tainted=checks.include_tainted,
+    doc = pooling.pool(docs, names, include_tainted=checks.include_tainted,
                            refs=[ref_of[n] for n in names] if refs else None)
-    by_area = selected(results_mod.baseline_entries(doc, include_tainted=checks.include_tainted), tests, metrics)
+    by_area = selected(pooling.baseline_entries(doc, include_tainted=checks.include_tainted), tests, metrics)
     by_area = without_nothing_measured(by_area, say)
     ungated = {(r["test_id"], r["metric"]) for r in doc.get("results") or [] if not r.get("gated", True)}
     clash = disagreeing(by_area, ungated, settings)
@@ -305,20 +308,6 @@ def other_workloads(store: BaselineStore, plan: Plan) -> dict[str, set[str]]:
                 if moved:
                     out.setdefault(moved, set()).add(short_id(test))
     return out
-
-
-def confirmed(yes: bool, question: str) -> bool:
-    """The one question before baselines are written (refresh, calibrate): ``--yes`` answers it; without a
-    terminal to ask on, nothing is written and the reason says how to write anyway."""
-    if yes:
-        return True
-    if not sys.stdin.isatty():
-        print("not written: pass --yes to write without a terminal to confirm on", file=sys.stderr)
-        return False
-    if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
-        print("not written")
-        return False
-    return True
 
 
 def _derived_id(fingerprint: dict | None) -> str | None:
