@@ -227,7 +227,7 @@ def test_calibrate_from_write_names_each_stored_run_as_refresh_does(tmp_path, ca
 
 def test_a_tests_own_tolerance_travels_in_the_results_and_is_what_a_held_out_run_is_judged_at(tmp_path, capsys):
     """perf.record(..., tol=0.25): the results file keeps it (declared_tol) beside the tolerance the run was
-    judged at, so calibrate --from, tools/rejudge.py and the guard replay judge at 0.25, not the unit's 10 %."""
+    judged at, so calibrate --from, perfgate compare RESULTS and the guard replay judge at 0.25, not the unit's 10 %."""
     from perfgate.judge.gate import Context, evaluate
     from perfgate.judge.baseline_choice import Choice
     from perfgate.judge.metrics import Metric

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from perfgate.machine.hardware_id import check_hardware_id
 from perfgate.commands.store import add_store_option
-from perfgate.report import changepoints, trends
+from perfgate.report import changepoints, json_output, trends
 from perfgate.store.backends import describe, open_store, spec_of
 from perfgate.judge.metric_result import short_id
 from perfgate.report.textable import Column, render, stdout_width
@@ -43,6 +43,7 @@ def register(sub) -> None:
                         "the results store (--store)")
     add_detection_options(p)
     add_fail_on_worse(p)
+    json_output.add_json_option(p, "the change points and what was left out")
     p.set_defaults(func=run)
 
 
@@ -90,8 +91,28 @@ def detect(args: argparse.Namespace) -> tuple[list[trends.Run], list[trends.Seri
     return runs, series, sorted(found, key=lambda c: (not c.worse, c.series.hardware_id, c.series.test_id))
 
 
+def change_point_record(c: changepoints.ChangePoint) -> dict:
+    """One row of the table, numbers as numbers (``change``: relative, or absolute for a fraction)."""
+    s = c.series
+    return {"hardware_id": s.hardware_id, "test_id": s.test_id, "metric": s.metric, "from_run": c.point.created,
+            "commit": c.point.commit, "before": c.before, "after": c.after, "unit": s.unit,
+            "runs_before": c.runs_before, "runs_after": c.runs_after, "change": c.change,
+            "change_is_absolute": s.absolute, "p_value": c.p_value, "direction": "worse" if c.worse else "better"}
+
+
 def run(args: argparse.Namespace) -> int:
     runs, series, found = detect(args)
+    if args.json:
+        skipped = changepoints.left_out(series, include_tainted=args.include_tainted)
+        json_output.emit("trends", {
+            "history": history_name(args), "runs": len(runs), "series": len(series),
+            "rule": {"max_pvalue": args.max_pvalue, "min_magnitude": args.min_magnitude, "window": args.window,
+                     "include_tainted": args.include_tainted},
+            "left_out": {"tainted_run_medians": skipped.tainted_points, "runs_tainted_throughout": skipped.tainted_runs,
+                         "short_series": skipped.short_series, "says": skipped.describe()},
+            "alarm": bool(changepoints.alarms(found)), "exit_status": exit_status(args, found),
+            "change_points": [change_point_record(c) for c in found]})
+        return exit_status(args, found)
     print(headline(args, runs, series, found))
     rows = [[c.series.hardware_id, short_id(c.series.test_id), c.series.metric, c.point.created[:16].replace("T", " "),
              (c.point.commit or "?")[:12], f"{c.before:.4g}", f"{c.after:.4g}", c.series.unit,

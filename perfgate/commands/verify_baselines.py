@@ -20,6 +20,7 @@ from pathlib import Path
 from perfgate.judge import run_noise
 from perfgate.store.settings import load_settings
 from perfgate.commands.store import add_store_option
+from perfgate.report import json_output
 from perfgate.store.backends import ResultsStore, StoreError, documents, open_store
 from perfgate.store.baselines import BaselineStore
 from perfgate.store.readers import Checker
@@ -34,6 +35,7 @@ def register(sub) -> None:
     add_store_option(p)
     p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
+    json_output.add_json_option(p, "the counts and every problem")
     p.set_defaults(func=run)
 
 
@@ -137,6 +139,12 @@ def run(args: argparse.Namespace) -> int:
     with open_store(args.store_positional or args.store) as results:
         found = verify(results, baselines)
         where = results.where
+    if args.json:
+        json_output.emit("verify-baselines", {
+            "baselines": str(baselines), "store": where, "checked": found.checked, "not_equal": len(found.problems),
+            "without_hash": found.no_hash, "entries_without_runs": found.entries_without_runs,
+            "problems": found.problems, "exit_status": 1 if found.problems else 0})
+        return 1 if found.problems else 0
     print(f"perfgate verify-baselines: {baselines} against the {where}: {found.checked} run reference(s) "
           f"re-derived and equal, {len(found.problems)} not; {found.no_hash} without a hash (not checkable); "
           f"{found.entries_without_runs} entries without run summaries")
