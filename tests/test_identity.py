@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from perfgate.machine import cpu_info, gpu_info, hardware
+from perfgate.machine.hardware_id import parse_hardware_id
 from perfgate.judge.baseline_choice import BaselineChooser, Choice, family_candidates, report_notes, tolerances_id
 from perfgate.store.baselines import BaselineStore
 from perfgate.judge.baseline_entry import BaselineEntry
@@ -89,11 +90,16 @@ def test_amx_and_arm_levels_and_intel_base_clock():
     assert {"sve2", "i8mm", "bf16"} <= set(arm["cpu"]["isa_features"])
 
 
+def _family(hardware_id: str) -> tuple[str, str | None]:
+    p = parse_hardware_id(hardware_id)
+    return p.family, p.variant
+
+
 def test_an_old_fingerprint_without_the_isa_names_it_unknown():
     old = {"gpus": [], "links": [], "cpu": {"model": "AMD EPYC", "cores": 2, "numa_nodes": 1, "arch": "x86_64"}}
     assert hardware.hardware_id(old) == "cpu-AMD-EPYC-isaunknown-2c"
-    assert hardware.id_family("cpu-AMD-EPYC-2c") == ("cpu-AMD-EPYC-2c", "isaunknown")
-    assert hardware.id_family("cpu-AMD-EPYC-avx2-2c") == ("cpu-AMD-EPYC-2c", "avx2")
+    assert _family("cpu-AMD-EPYC-2c") == ("cpu-AMD-EPYC-2c", "isaunknown")
+    assert _family("cpu-AMD-EPYC-avx2-2c") == ("cpu-AMD-EPYC-2c", "avx2")
 
 
 def test_meminfo_and_model_words():
@@ -191,7 +197,7 @@ def test_gpu_power_cap_clocks_mig_and_ecc_change_the_id():
     assert hardware.hardware_id(gpu_fp([clocks])) == "1xH200-sm1500"
     assert hardware.hardware_id(gpu_fp([dict(H200, mig=(1, 1), ecc=(0, 0))])) == "1xH200-eccoff-mig"
     assert hardware.hardware_id(gpu_fp([capped, dict(H200)], nvlinks=18)) == "2xH200-NV18-pl500W"
-    assert hardware.id_family("2xH200-NV18-pl500W") == ("2xH200-NV18", "pl500W")
+    assert _family("2xH200-NV18-pl500W") == ("2xH200-NV18", "pl500W")
 
 
 def test_unanswered_nvml_queries_add_nothing_to_the_id():
@@ -207,6 +213,27 @@ def test_every_derived_id_matches_the_id_pattern():
     for fp in fps:
         hw = hardware.hardware_id(fp)
         assert ID_PATTERN.match(hw) and ".." not in hw, hw
+
+
+def test_the_one_parser_reads_back_what_the_id_was_derived_from():
+    """Issue 50: an id was parsed by a regex in one module and by partition/rsplit in another; now every rule
+    reads parse_hardware_id, and it reads each derived id back to the machine's facts."""
+    for fp in (cpu_fp(ZEN4), cpu_fp(MILAN), cpu_fp(SPR, cores=4), cpu_fp(NEOVERSE, arch="aarch64", cores=1)):
+        p = parse_hardware_id(hardware.hardware_id(fp))
+        assert (p.is_cpu, p.cpu_cores, p.variant, p.gpu_count) == (True, fp["cpu"]["cores"], fp["cpu"]["isa"], None)
+        assert p.family == hardware.hardware_id(fp).replace(f"-{fp['cpu']['isa']}-", "-")
+    cases = {(1, "", None): gpu_fp([dict(H200)]), (2, "NV18", None): gpu_fp([dict(H200)] * 2, nvlinks=18),
+             (2, "PCIe", None): gpu_fp([dict(H200)] * 2),
+             (2, "NV18", "pl500W"): gpu_fp([dict(H200, limit=500000), dict(H200)], nvlinks=18),
+             (1, "", "eccoff-mig"): gpu_fp([dict(H200, mig=(1, 1), ecc=(0, 0))])}
+    for (count, link, variant), fp in cases.items():
+        hw = hardware.hardware_id(fp)
+        p = parse_hardware_id(hw)
+        assert (p.is_cpu, p.gpu_count, p.gpu_model, p.interconnect, p.variant) == (False, count, "H200", link, variant), hw
+    # a card whose model name holds a dash and a word like a link's: the interconnect is the last word only
+    assert parse_hardware_id("8xV100-PCIE-32GB-PCIe").gpu_model == "V100-PCIE-32GB"
+    assert parse_hardware_id("1xH100-80GB-HBM3-pl500W").interconnect == ""
+    assert _family("lab-B") == ("lab-B", None) and parse_hardware_id("lab-B").gpu_count is None
 
 
 # ---- the fingerprint check ----------------------------------------------------------------------

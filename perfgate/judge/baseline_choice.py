@@ -22,9 +22,8 @@ from perfgate.machine import cpu_info
 from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.judge.fingerprint_check import HOST_BOUND_NOTE, WORKLOAD_NOTE, FingerprintDiff, compare
 from perfgate.judge.metrics import FALLS_BACK
-from perfgate.judge.policy import is_cpu_id
 from perfgate.judge.metric_result import area_of
-from perfgate.machine.hardware import id_family
+from perfgate.machine.hardware_id import parse_hardware_id
 
 _ISA_ORDER = {name: i for i, name in enumerate(cpu_info.ISA_LEVELS + cpu_info.ARM_ISA_LEVELS)}
 
@@ -52,11 +51,12 @@ def family_candidates(hardware_id: str, available: list[str]) -> list[str]:
 
     CPU ids: the nearest ISA level first (avx512 -> amx or avx2 before sse4), ids of unknown
     ISA last. GPU ids: the card at its defaults first, then other settings by name."""
-    family, variant = id_family(hardware_id)
-    others = [h for h in available if h != hardware_id and id_family(h)[0] == family]
+    me = parse_hardware_id(hardware_id)
+    family, variant = me.family, me.variant
+    others = [h for h in available if h != hardware_id and parse_hardware_id(h).family == family]
 
     def distance(other: str) -> tuple[float, str]:
-        v = id_family(other)[1]
+        v = parse_hardware_id(other).variant
         if variant in _ISA_ORDER and v in _ISA_ORDER:
             return abs(_ISA_ORDER[variant] - _ISA_ORDER[v]), other
         if v is None:
@@ -65,30 +65,24 @@ def family_candidates(hardware_id: str, available: list[str]) -> list[str]:
     return sorted(others, key=distance)
 
 
-def _gpu_shape(hardware_id: str) -> tuple[int, str] | None:
-    """(GPU count, interconnect) of a GPU id: ``2xH200-NV18`` -> (2, "NV18"), ``1xH100-80GB-HBM3`` -> (1, "")."""
-    base = id_family(hardware_id)[0]
-    count, sep, rest = base.partition("x")
-    if not sep or not count.isdigit():
-        return None
-    link = rest.rsplit("-", 1)[-1] if int(count) > 1 else ""
-    return int(count), link if link == "PCIe" or (link.startswith("NV") and link[2:].isdigit()) else ""
+def _size(hardware_id: str) -> tuple | None:
+    """How big a machine an id names, by its parts: (cores,) of a CPU, (GPU count, interconnect) of GPUs
+    (``2xH200-NV18`` -> (2, "NV18"), ``1xH100-80GB-HBM3`` -> (1, "")); None where the id does not say."""
+    p = parse_hardware_id(hardware_id)
+    if p.is_cpu:
+        return None if p.cpu_cores is None else ("cpu", p.cpu_cores)
+    return None if p.gpu_count is None else ("gpu", p.gpu_count, p.interconnect)
 
 
 def same_size_ids(hardware_id: str, available: list[str]) -> list[str]:
-    """Ids of other hardware models of the same machine size, by name: for a CPU id, CPUs of other makes
-    with as many cores (a shared N-core VM); for a GPU id, other cards with as many GPUs and the same
-    interconnect (a lent 1-GPU machine: its 16 host cores set the host figures, H100 or H200)."""
-    family = id_family(hardware_id)[0]
-    if is_cpu_id(hardware_id):
-        size = family.rsplit("-", 1)[1]
-        return sorted(h for h in available if h != hardware_id and is_cpu_id(h)
-                      and id_family(h)[0] != family and id_family(h)[0].rsplit("-", 1)[1] == size)
-    shape = _gpu_shape(hardware_id)
-    if shape is None:
+    """Ids of other hardware models of the same machine size: for a CPU id, CPUs of other makes with as
+    many cores (a shared N-core VM); for a GPU id, other cards with as many GPUs and the same interconnect
+    (a 1-GPU machine's 16 host cores set the host figures, H100 or H200)."""
+    family, size = parse_hardware_id(hardware_id).family, _size(hardware_id)
+    if size is None:
         return []
-    return sorted(h for h in available if h != hardware_id and not is_cpu_id(h)
-                  and id_family(h)[0] != family and _gpu_shape(h) == shape)
+    return sorted(h for h in available if h != hardware_id and parse_hardware_id(h).family != family
+                  and _size(h) == size)
 
 
 def tolerances_id(hardware_id: str, with_tolerances: list[str]) -> str:

@@ -20,9 +20,9 @@ from typing import Callable
 
 from perfgate.judge.metrics import MACHINE_FREE
 from perfgate.judge.patterns import PatternTable
+from perfgate.machine.hardware_id import CPU_ID_PREFIX, parse_hardware_id
 
 GATE_MODES = ("auto", "all", "ratios")
-CPU_ID_PREFIX = "cpu-"
 # What a busy machine cannot move: figures that depend on nothing (exact counts; ratios of parameter
 # counts or of a seeded routing's loads). They are never tainted. Issue 47: a routing bug that took
 # rank_load_max_over_mean 1.03 -> 2.21 and a stage split that took stage_param_imbalance 1.01 -> 1.53
@@ -37,7 +37,7 @@ def load_moves(dependency: str) -> bool:
 
 def is_cpu_id(hardware_id: str) -> bool:
     """A machine without GPUs (perfgate.machine.hardware.hardware_id names those ``cpu-...``)."""
-    return hardware_id.startswith(CPU_ID_PREFIX)
+    return parse_hardware_id(hardware_id).is_cpu
 
 
 @dataclass(frozen=True)

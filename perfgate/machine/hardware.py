@@ -261,27 +261,6 @@ def hardware_id(fp: dict[str, Any] | None = None) -> str:
     return f"cpu-{cpu_info.model_words(cpu['model'])}-{isa}-{cpu['cores']}c"
 
 
-_CPU_ID = re.compile(r"^cpu-(?P<model>.+?)(?:-(?P<isa>" + "|".join(
-    cpu_info.ISA_LEVELS + cpu_info.ARM_ISA_LEVELS + (cpu_info.UNKNOWN_ISA,)) + r"))?-(?P<cores>\d+)c$")
-_GPU_VARIANT = re.compile(r"-(?:pl\d+W|sm\d+|mem\d+|mig|eccoff)$")
-
-
-def id_family(hardware_id: str) -> tuple[str, str | None]:
-    """(family, variant) of an id. Ids of one family are the same hardware model and size in
-    another setting: ``cpu-AMD-EPYC-avx2-2c`` and ``cpu-AMD-EPYC-avx512-2c`` are the family
-    ``cpu-AMD-EPYC-2c`` with variants ``avx2`` and ``avx512`` (an id from before the ISA was part
-    of it counts as ``isaunknown``); ``1xH200-pl500W`` is the family ``1xH200``, variant ``pl500W``."""
-    m = _CPU_ID.match(hardware_id)
-    if m:
-        return f"cpu-{m['model']}-{m['cores']}c", m["isa"] or cpu_info.UNKNOWN_ISA
-    base, tags = hardware_id, []
-    while _GPU_VARIANT.search(base):
-        tag = _GPU_VARIANT.search(base)
-        tags.insert(0, tag.group(0)[1:])
-        base = base[:tag.start()]
-    return base, "-".join(tags) or None
-
-
 def gpu_count() -> int:
     """GPUs visible to this process, honouring CUDA_VISIBLE_DEVICES, without touching CUDA."""
     return len(fingerprint()["gpus"])

@@ -40,6 +40,7 @@ from perfgate.judge.metric_result import short_id
 from perfgate.store import locks
 from perfgate import interrupts
 from perfgate.judge import pooling
+from perfgate.machine.hardware_id import parse_hardware_id
 from perfgate.store.baselines import BaselineStore
 from perfgate.judge.baseline_entry import BaselineEntry
 
@@ -347,18 +348,16 @@ def machine_of_another_id(store: BaselineStore, hardware_id: str, fingerprint: d
 
 
 def _family(hardware_id: str) -> str:
-    from perfgate.machine import hardware
-
-    return hardware.id_family(hardware_id)[0]
+    return parse_hardware_id(hardware_id).family
 
 
 def _same_id(a: str, b: str) -> bool:
     """The same id, or the same family where either variant is not known (a CPU id from before the ISA was
     part of it, ``cpu-AMD-EPYC-2c``, is the ``isaunknown`` variant: it may be any ISA)."""
-    from perfgate.machine import cpu_info, hardware
+    from perfgate.machine import cpu_info
 
-    (fa, va), (fb, vb) = hardware.id_family(a), hardware.id_family(b)
-    return a == b or (fa == fb and cpu_info.UNKNOWN_ISA in (va, vb))
+    pa, pb = parse_hardware_id(a), parse_hardware_id(b)
+    return a == b or (pa.family == pb.family and cpu_info.UNKNOWN_ISA in (pa.variant, pb.variant))
 
 
 def check_machine(store: BaselineStore, hardware_id: str, fingerprint: dict | None, areas, checks: Checks) -> None:
