@@ -14,6 +14,7 @@ import pytest
 
 from perfgate.judge.policy import GATE_MODES
 from perfgate.report import run_report
+from perfgate.store.baseline_writer import SESSION_CHECKS, add_check_options
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -23,10 +24,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-refresh", action="store_true",
                 help="write this run's results as baselines for the current hardware id (the checks of "
                      "`perfgate refresh`: a committed tree, no test-only mutation, one workload)")
-    g.addoption("--perf-allow-dirty", action="store_true",
-                help="with --perf-refresh: accept a tree with uncommitted changes (its diff hash is the provenance)")
-    g.addoption("--perf-allow-other-workload", action="store_true",
-                help="with --perf-refresh: replace stored baselines that measured another workload")
+    add_check_options(g.addoption, SESSION_CHECKS, prefix="--perf-", when="with --perf-refresh: ")
     g.addoption("--perf-retries", type=number("the re-measurements", at_least=0, whole=True), metavar="N",
                 help="re-measure a suspected regression up to N times")
     g.addoption("--perf-strict", action="store_true", help="fail on 'noisy' verdicts too")

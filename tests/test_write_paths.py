@@ -538,3 +538,28 @@ def test_refresh_and_calibrate_ask_the_same_question_before_writing(monkeypatch,
     assert asked == ([] if yes or not tty else ["write 3 metric(s) to baselines/x? [y/N] "])
     assert ("pass --yes" in err) == (not yes and not tty)
     assert ("not written" in out) == (tty and not yes and not written)
+
+
+def test_each_front_door_offers_the_writers_checks_in_the_same_words():
+    """Issue 50: the check flags were spelled out three times (refresh, calibrate, the pytest options) and
+    had drifted apart; each front door now offers its checks from baseline_writer.CHECK_FLAGS."""
+    from _pytest.config.argparsing import Parser
+
+    from perfgate.cli import build_parser
+    from perfgate.options import pytest_addoption
+    from perfgate.store.baseline_writer import CHECK_FLAGS, SESSION_CHECKS
+
+    commands = build_parser()._subparsers._group_actions[0].choices
+    helps = {door: {a.option_strings[0]: a.help for a in commands[door]._actions if a.option_strings}
+             for door in ("refresh", "calibrate")}
+    assert {f"--{name}" for name in CHECK_FLAGS} <= set(helps["refresh"])
+    for name, words in CHECK_FLAGS.items():
+        assert helps["refresh"][f"--{name}"] == words
+        if name != "force":  # calibrate pools disagreeing runs by design
+            assert helps["calibrate"][f"--{name}"].endswith(words), name
+
+    parser = Parser(_ispytest=True)  # pytest's own option parser, as a session builds it
+    pytest_addoption(parser)
+    session = {o.names()[0]: o.attrs().get("help") for o in parser.getgroup("perfgate").options}
+    for name in SESSION_CHECKS:
+        assert session[f"--perf-{name}"] == f"with --perf-refresh: {CHECK_FLAGS[name]}"

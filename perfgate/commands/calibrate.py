@@ -70,9 +70,11 @@ DEFAULT_FLOOR = 0.02
 DEFAULT_FRACTION_FLOOR = 0.01
 
 
+# the writer's checks calibrate --write offers (it pools runs that disagree by design: force is always on)
+_WRITE_CHECKS = ("allow-dirty", "allow-other-workload", "allow-other-machines", "allow-interrupted")
 _OWN_OPTIONS = {"--from", "--runs", "--k", "--floor", "--fraction-floor", "--alpha", "--power", "--write", "--yes",
-                "--include-tainted", "--hardware-id", "--baselines", "--root", "--keep", "--allow-dirty",
-                "--allow-other-workload", "--allow-other-machines", "--allow-interrupted"}
+                "--hardware-id", "--baselines", "--root", "--keep", "--include-tainted",
+                *(f"--{name}" for name in _WRITE_CHECKS)}
 
 
 def register(sub) -> None:
@@ -97,16 +99,8 @@ def register(sub) -> None:
                    help="detection probability for the detectable regression")
     p.add_argument("--write", action="store_true", help="store pooled samples, spread and proposal as the baseline")
     p.add_argument("--yes", "-y", action="store_true", help="with --write: write without asking")
-    p.add_argument("--include-tainted", action="store_true", help="also use metrics measured on a busy machine")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="with --write: accept runs of a tree with uncommitted changes (recorded as provenance)")
-    p.add_argument("--allow-other-workload", action="store_true",
-                   help="with --write: replace stored baselines that measured another workload")
-    p.add_argument("--allow-other-machines", action="store_true",
-                   help="with --write: pool runs whose machines differ in compared fingerprint fields")
-    p.add_argument("--allow-interrupted", action="store_true",
-                   help="with --from and --write: take the finished tests of a run that was stopped early (its "
-                        "file holds only those)")
+    baseline_writer.add_check_options(p.add_argument, ("include-tainted",))
+    baseline_writer.add_check_options(p.add_argument, _WRITE_CHECKS, when="with --write: ")
     p.add_argument("--hardware-id", help="passed to pytest as --perf-hardware-id")
     p.add_argument("--baselines", type=Path, help="baseline folder (default: [tool.perfgate] baselines)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root; pytest runs here")
@@ -390,9 +384,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     # force: calibrate's tolerance is made from how far its runs disagree, so their disagreement is its
     # measurement, not a reason to refuse it (refresh's check compares runs against a tolerance set before)
-    checks = Checks(allow_dirty=args.allow_dirty, force=True, include_tainted=args.include_tainted,
-                    allow_other_workload=args.allow_other_workload, allow_other_machines=args.allow_other_machines,
-                    allow_interrupted=args.allow_interrupted)
+    checks = Checks.of(lambda name: getattr(args, name.replace("-", "_")), ("include-tainted", *_WRITE_CHECKS),
+                       force=True)
     baseline_writer.check_documents(docs, names, checks)
     plan = baseline_writer.plan_from_entries(
         hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names,

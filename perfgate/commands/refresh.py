@@ -44,20 +44,7 @@ def register(sub) -> None:
                    help="baseline folder (default: [tool.perfgate] baselines; created if named here)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
     p.add_argument("--yes", "-y", action="store_true", help="write without asking")
-    p.add_argument("--include-tainted", action="store_true", help="also take metrics measured on a busy machine")
-    p.add_argument("--force", action="store_true",
-                   help="pool runs even where their medians disagree beyond the tolerance")
-    p.add_argument("--allow-dirty", action="store_true",
-                   help="accept runs measured on a tree with uncommitted changes (commit ends in -dirty-<diff hash>)")
-    p.add_argument("--allow-other-machines", action="store_true",
-                   help="pool runs whose machines differ in compared fingerprint fields (cores, ISA, GPU settings; "
-                        "the baseline keeps the newest run's fingerprint), and write runs of a machine of another "
-                        "id (an AVX2 run labelled with an AVX-512 id) into this id's folder")
-    p.add_argument("--allow-other-workload", action="store_true",
-                   help="replace stored baselines that measured another workload (model, engine flags)")
-    p.add_argument("--allow-interrupted", action="store_true",
-                   help="take the finished tests of an interrupted run (a GPU call cut by its time limit): the "
-                        "file holds only tests that ran to the end")
+    baseline_writer.add_check_options(p.add_argument, baseline_writer.CHECK_FLAGS)
     p.add_argument("--test", dest="tests", action="append", default=[], metavar="TEXT",
                    help="take only tests whose id contains TEXT (repeatable; plain text, not a pattern)")
     p.add_argument("--metric", dest="metrics", action="append", default=[], metavar="GLOB",
@@ -91,9 +78,7 @@ def _diff_table(rows: list[list[str]], provenances: list[str], *, width: int, ti
 def run(args: argparse.Namespace) -> int:
     names = [str(p) for p in args.results]
     docs = [results_mod.load(p) for p in args.results]
-    checks = Checks(allow_dirty=args.allow_dirty, force=args.force, include_tainted=args.include_tainted,
-                    allow_other_workload=args.allow_other_workload, allow_interrupted=args.allow_interrupted,
-                    allow_other_machines=args.allow_other_machines)
+    checks = Checks.of(lambda name: getattr(args, name.replace("-", "_")), baseline_writer.CHECK_FLAGS)
     refs = [run_store.run_reference(p, d["hardware_id"]) for p, d in zip(args.results, docs)]
     # the id's committed table judges whether the runs agree (as its sessions will judge them)
     settings = load_settings(args.root, args.baselines, hardware_id=docs[0]["hardware_id"])

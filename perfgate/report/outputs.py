@@ -20,7 +20,7 @@ from perfgate.report import run_report
 from perfgate.report.errors import os_error
 from perfgate.session import PerfState
 from perfgate.store import baseline_writer, results as results_mod
-from perfgate.store.baseline_writer import Checks
+from perfgate.store.baseline_writer import SESSION_CHECKS, Checks
 from perfgate.store.safe_paths import PathError, check_writable_folder, outside_root
 
 
@@ -48,8 +48,7 @@ def nothing_refreshed(config: pytest.Config, state: PerfState) -> str:
 
 def refresh_checks(config: pytest.Config) -> Checks:
     """What this session's --perf-refresh allows: the same checks as `perfgate refresh`."""
-    return Checks(allow_dirty=config.getoption("--perf-allow-dirty"),
-                  allow_other_workload=config.getoption("--perf-allow-other-workload"), prefix="--perf-")
+    return Checks.of(lambda name: config.getoption(f"--perf-{name}"), SESSION_CHECKS, prefix="--perf-")
 
 
 def check_before_run(config: pytest.Config, state: PerfState) -> None:

@@ -59,6 +59,33 @@ class RunsDisagree(WriteRefused):
         self.clash = clash
 
 
+# The checks a caller may be allowed past, defined once: each front door offers the ones it can meet under
+# its own prefix (`perfgate refresh --force`, `pytest --perf-allow-dirty`) with these words
+# (:func:`add_check_options`), and reads them back into :class:`Checks` (:meth:`Checks.of`).
+CHECK_FLAGS = {
+    "include-tainted": "also take metrics measured on a busy machine",
+    "force": "pool runs even where their medians disagree beyond the tolerance",
+    "allow-dirty": "accept runs measured on a tree with uncommitted changes (the commit ends in -dirty-<diff hash>, "
+                   "recorded as provenance)",
+    "allow-other-machines": "pool runs whose machines differ in compared fingerprint fields (cores, ISA, GPU "
+                            "settings; the baseline keeps the newest run's fingerprint), and write runs of a "
+                            "machine of another id (an AVX2 run labelled with an AVX-512 id) into this id's folder",
+    "allow-other-workload": "replace stored baselines that measured another workload (model, engine flags)",
+    "allow-interrupted": "take the finished tests of a run that was stopped early (by a time limit or a signal): "
+                         "its results hold only the tests that ran to the end",
+}
+# what a session's --perf-refresh can be allowed past (it measures one run of one machine: nothing to force or
+# pool, and an interrupted session refreshes nothing)
+SESSION_CHECKS = ("allow-dirty", "allow-other-workload")
+
+
+def add_check_options(add: Callable[..., object], names, *, prefix: str = "--", when: str = "") -> None:
+    """Offer the checks ``names`` of CHECK_FLAGS through ``add`` (argparse's ``add_argument`` or pytest's
+    ``addoption``), each as ``<prefix><name>``; ``when`` opens each help text ("with --write: ")."""
+    for name in names:
+        add(f"{prefix}{name}", action="store_true", help=when + CHECK_FLAGS[name])
+
+
 @dataclasses.dataclass(frozen=True)
 class Checks:
     """What the caller allows beyond the defaults, and its option names (for the messages)."""
@@ -71,6 +98,12 @@ class Checks:
     # pool runs whose machines differ in compared fields; write runs of a machine of another id (machine_of_another_id)
     allow_other_machines: bool = False
     prefix: str = "--"  # "--perf-" in a pytest session: --perf-allow-dirty
+
+    @classmethod
+    def of(cls, given: Callable[[str], object], names, *, prefix: str = "--", **fixed: bool) -> "Checks":
+        """The checks ``names`` as the user gave them (``given(name)``: an option's value), and ``fixed``
+        ones a front door always allows (calibrate pools disagreeing runs by design: ``force=True``)."""
+        return cls(**{n.replace("-", "_"): bool(given(n)) for n in names}, **fixed, prefix=prefix)
 
     def option(self, name: str) -> str:
         if name in ("force", "allow-other-machines") and self.prefix == "--perf-":  # refresh's; a session saves
