@@ -36,7 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-gate", choices=GATE_MODES,
                 help="which metrics can fail a test: auto (ratios; absolute ones on GPU ids), all, ratios")
     g.addoption("--perf-hardware-id", metavar="ID", help="override the detected hardware id")
-    g.addoption("--perf-history", metavar="DIR", help="also append this run's results to DIR (one JSON per run)")
+    g.addoption("--perf-history", type=history_store, metavar="STORE",
+                help="also push this run's results to this results store: a folder (DIR/<hardware-id>/<name>.json.gz), "
+                     "an SQLite file (*.sqlite) or a postgresql:// URL; `perfgate trends/report --store` read it")
     g.addoption("--perf-budget", type=number("the budget in minutes", above=0), metavar="MINUTES",
                 help="stop starting new tests once this many minutes are spent; report the rest")
     g.addoption("--perf-allow-tainted", action="store_true",
@@ -107,8 +109,18 @@ def output_file(text: str) -> Path:
 
 
 def output_folder(text: str) -> Path:
-    """As :func:`output_file`, for a folder a command writes into (``--keep``)."""
+    """As :func:`output_file`, for a folder a command writes into (``--keep``, ``--perf-history``)."""
     return _writable_place(text, folder=True)
+
+
+def history_store(text: str) -> str:
+    """``--perf-history``: a results store (perfgate.store.backends): a database URL as given, else a folder
+    or an SQLite file this user can write, checked as parsed like every output."""
+    from perfgate.store.backends import SQLITE_SUFFIXES, is_url
+
+    if not is_url(text):
+        (output_file if Path(text).suffix in SQLITE_SUFFIXES else output_folder)(text)
+    return text
 
 
 _mib = number("the budget in MiB", above=0)

@@ -179,8 +179,8 @@ def test_a_lease_that_ran_twice_is_held_out_whole_and_weighs_once(tmp_path, caps
 def test_calibrate_from_refuses_what_it_cannot_use(tmp_path, capsys):
     key = ("perf/demo/test_a.py::test_a", "speedup", "x")
     one, two = _saved(tmp_path, "a", {key: 1.0}), _saved(tmp_path, "b", {key: 1.0})
-    for argv, says in ((["--from", str(one)], "at least 2 results files"),
-                       (["--from", str(one), str(one)], "names a results file twice"),
+    for argv, says in ((["--from", str(one)], "at least 2 runs"),
+                       (["--from", str(one), str(one)], "names a run twice"),
                        (["--runs", "3", "--from", str(one), str(two)], "--runs is for calibrating by running"),
                        (["--from", str(one), str(two), str(tmp_path / "missing.json")], "no such results file")):
         assert main(["calibrate", "--root", str(tmp_path), *argv]) == 2

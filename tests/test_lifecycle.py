@@ -11,6 +11,7 @@ with the installed plugin (pytester, in-process for speed), the `perfgate` CLI, 
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import textwrap
@@ -98,7 +99,9 @@ def test_record_regress_fail_then_refresh_on_new_hardware(project, pytester, mon
     doc = json.loads((project / "results.json").read_text())
     outcomes = {(r["test_id"].split("[")[1][:-1], r["metric"]): r["verdict"]["outcome"] for r in doc["results"]}
     assert outcomes[("256MiB", "busbw_gbps")] == "regression" and outcomes[("1MiB", "busbw_gbps")] == "pass"
-    assert len(list((project / "history").glob("*.json"))) == 1  # --perf-history kept this run too
+    # --perf-history pushed this run to the history store (a folder here), the same bytes as --perf-save's
+    [kept] = (project / "history" / "lab-A").glob("*.json.gz")
+    assert gzip.decompress(kept.read_bytes()) == (project / "results.json").read_bytes()
 
     # 3. the machine changes: a new hardware id has no baseline, so nothing can regress
     env_b = {"PERFGATE_HARDWARE_ID": "lab-B"}

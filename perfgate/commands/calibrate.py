@@ -1,7 +1,8 @@
 """`perfgate calibrate [options] [--] PYTEST_ARGS`: measure run-to-run spread, propose tolerances.
 
-`perfgate calibrate --from RUN RUN RUN ...`: the same from saved results files (`pytest --perf-save`),
-e.g. one per GPU lease, night or node: the spread a tolerance must cover comes from runs that did not
+`perfgate calibrate --from RUN RUN RUN ...`: the same from saved runs, e.g. one per sitting, night or node
+(results files of `pytest --perf-save`, or runs of the results store by hash or name, ``--store``:
+perfgate.store.run_store.load_runs): the spread a tolerance must cover comes from runs that did not
 share a machine, which one sitting cannot produce.
 
 A tolerance should sit just above what this machine does to a number from one run to
@@ -44,6 +45,7 @@ from rich.progress import Progress
 from scipy.stats import norm
 
 from perfgate import mutations
+from perfgate.commands.store import add_store_option
 from perfgate.commands import pytest_run
 from perfgate.store import baseline_writer, results as results_mod, run_store
 from perfgate import interrupts
@@ -80,9 +82,11 @@ _OWN_OPTIONS = {"--from", "--runs", "--k", "--floor", "--fraction-floor", "--alp
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="run tests N times, measure run-to-run spread, propose tolerances",
                        description="perfgate calibrate [options] [--] PYTEST_ARGS (options go before the tests)")
-    p.add_argument("--from", dest="saved", nargs="+", type=Path, metavar="RESULTS",
-                   help="calibrate from these saved results files (pytest --perf-save; .json or .json.gz; at "
-                        "least 2, e.g. one per lease) instead of running pytest")
+    p.add_argument("--from", dest="saved", nargs="+", metavar="RUN",
+                   help="calibrate from these saved runs instead of running pytest: results files (pytest "
+                        "--perf-save; .json or .json.gz) or runs in the results store (--store) by sha256, 12+ "
+                        "digit prefix or <hardware-id>/<name>; at least 2, e.g. one per sitting")
+    add_store_option(p, what="with --from: where a RUN that is not a file is found")
     # every number checked as parsed, before a run starts (options.number): --k nan once ran N sessions
     p.add_argument("--runs", type=number("the runs", at_least=3, whole=True),
                    help="fresh pytest runs (default 5; at least 3: a spread of fewer run medians is no spread)")
@@ -284,19 +288,21 @@ def entries(cals: list[Calibration], docs: list[dict], *, k: float, floor: float
     return out
 
 
-def _saved_runs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
-    """--from: the saved results files, checked as every command checks them, in the order given."""
+def _saved_runs(args: argparse.Namespace) -> tuple[list[dict], list[str], list[dict]]:
+    """--from: the saved runs (files or stored runs), checked as every command checks them, in the order
+    given, with how a baseline names each (its run reference)."""
     if args.pytest_args:
         raise ValueError(f"--from calibrates from saved runs; it takes no tests ({' '.join(args.pytest_args)})")
     for option, value in (("--runs", args.runs), ("--keep", args.keep), ("--hardware-id", args.hardware_id)):
         if value is not None:
             raise ValueError(f"{option} is for calibrating by running pytest; --from reads saved runs")
     if len(args.saved) < 2:
-        raise ValueError("--from needs at least 2 results files (3 or more for a run-to-run spread)")
-    names = [str(p) for p in args.saved]
-    if len(set(names)) != len(names):
-        raise ValueError("--from names a results file twice; each run counts once")
-    docs = [results_mod.load(p) for p in args.saved]
+        raise ValueError("--from needs at least 2 runs (3 or more for a run-to-run spread)")
+    if len(set(args.saved)) != len(args.saved):
+        raise ValueError("--from names a run twice; each run counts once")
+    runs = run_store.load_runs(args.saved, args.store)
+    names, docs = [r.name for r in runs], [r.doc for r in runs]
+    reference = {r.name: r.reference for r in runs}
     for name, doc in zip(names, docs):
         if doc.get("ab"):
             raise ValueError(f"{name} is a `perfgate ab` comparison (per-round medians of two environments), not "
@@ -312,11 +318,11 @@ def _saved_runs(args: argparse.Namespace) -> tuple[list[dict], list[str]]:
     # the same content under two names is one run: held out against itself it would hide its own spread
     docs, names = baseline_writer.distinct(docs, names, lambda text: print(f"note: {text}", file=sys.stderr))
     if len(docs) < 2:
-        raise ValueError("--from needs at least 2 different runs; these files hold one")
-    return docs, names
+        raise ValueError("--from needs at least 2 different runs; these hold one")
+    return docs, names, [reference[n] for n in names]
 
 
-def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[dict], list[str]]:
+def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[dict], list[str], list[dict]]:
     """N fresh pytest runs of the selection, each saved (under --keep, or a temporary folder)."""
     runs = 5 if args.runs is None else args.runs
     if args.hardware_id is not None:
@@ -343,13 +349,15 @@ def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[di
                 pytest_run.run_saving([*pytest_args, "-q"], path, root=root, hardware_id=args.hardware_id)
                 docs.append(results_mod.load(path))
                 progress.advance(task)
-    return docs, [f"calibration run {i + 1}" for i in range(len(docs))]
+    return docs, [f"calibration run {i + 1}" for i in range(len(docs))], []
 
 
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     settings = load_settings(root, args.baselines)
-    docs, names = _saved_runs(args) if args.saved else _fresh_runs(args, root, settings)
+    if args.store and not args.saved:
+        raise ValueError("--store names where the runs of --from are found; fresh runs are saved by --keep")
+    docs, names, refs = _saved_runs(args) if args.saved else _fresh_runs(args, root, settings)
     hw = {d["hardware_id"] for d in docs}
     if len(hw) != 1:
         raise ValueError(f"runs report different hardware ids {sorted(hw)}; calibrate on one machine")
@@ -389,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
     baseline_writer.check_documents(docs, names, checks)
     plan = baseline_writer.plan_from_entries(
         hardware_id, entries(cals, docs, k=args.k, floor=args.floor, fraction_floor=args.fraction_floor, names=names,
-                             refs=[run_store.run_reference(Path(n), hardware_id) for n in names] if args.saved else None),
+                             refs=refs or None),
         fingerprint=pooling.newest(docs).get("fingerprint"), source=f"calibrate ({len(docs)} {source})")
     store = baseline_writer.store_for_writing(settings, named=args.baselines is not None,
                                               pyproject=root / "pyproject.toml")

@@ -15,6 +15,11 @@ re-measurements (``--perf-retries`` as configured, as in CI), and counts:
 The table is what "a 2x slowdown of any collective fails >= 9 of 10 runs, with 0 of 10 A = A false
 alarms" asks of the CPU collectives (docs/lifecycle.md, "The gate itself"). ``--save`` is rewritten after every
 run (``"complete": false`` until the last), each run's results document kept under ``--keep``.
+
+:func:`tally_runs` counts the same from runs already judged (``perfgate power --tally RUN...``: results
+files, or runs of a results store by hash or name, or every stored run of ``--hardware-id``): each run is
+one verdict of the gate, under the condition its document records (the test-only knobs it was measured
+with, perfgate.mutations; none: A = A). Runs of several sessions or machines' stores add up this way.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfgate import mutations
 from perfgate.commands import pytest_run
 from perfgate.report.textable import Column, render, stdout_width
 from perfgate.report.trends import family_of
@@ -140,3 +146,23 @@ def run(args: argparse.Namespace, pytest_args: list[str], conditions: dict[str, 
     if args.save:
         print(f"saved {args.save}")
     return 3 if stopped else 0
+
+
+def condition_of(doc: dict) -> str:
+    """The condition a results document was measured under: ``A = A``, or the planted knobs and factors."""
+    mark = doc.get(mutations.RESULTS_KEY) or {}
+    factors = mark.get("factors") or {}
+    names = [str(n) for n in mark.get("names") or []]
+    return ", ".join(f"{n} {factors[n]:g}" if isinstance(factors.get(n), (int, float)) else n
+                     for n in names) or ("planted" if mark else "A = A")
+
+
+def tally_runs(runs) -> GateTally:
+    """The gate's verdicts in runs already judged (perfgate.store.run_store.LoadedRun each): a run failed
+    where a gated metric read ``regression`` (what made its pytest exit 1), per condition."""
+    conditions = sorted({condition_of(r.doc) for r in runs}, key=lambda c: (c != "A = A", c))
+    tally = GateTally({c: {} for c in conditions})
+    for r in runs:
+        results = metric_results(r.doc)
+        tally.add(condition_of(r.doc), int(any(x.gated and x.outcome == "regression" for x in results)), results)
+    return tally

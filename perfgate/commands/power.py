@@ -31,9 +31,12 @@ per test function and metric, the runs in which a case regressed or was tainted
 (perfgate/commands/gate_power.py).
 
 ``--tally COUNTS...`` measures nothing: it adds up the counts files ``--save`` wrote, complete or
-cut short, for one selection measured on several leases or in several sessions (a GPU session's
-device time holds two or three A/Bs of a device-bound case), and prints the table over all of
+cut short, for one selection measured on several machines or in several sessions (a GPU session's
+time holds two or three A/Bs of a device-bound case), and prints the table over all of
 them. Files of another selection, knob, round count or threshold are refused, naming the field.
+``--tally RUN...`` counts the gate's verdicts in runs already judged instead, as ``--against-baselines``
+does: results files, or runs of the results store (``--store``) by hash or name; ``--tally --store STORE
+--hardware-id ID`` takes every stored run of that id (perfgate.commands.gate_power.tally_runs).
 """
 from __future__ import annotations
 
@@ -48,6 +51,10 @@ from pathlib import Path
 
 
 from perfgate import mutations
+from perfgate.commands.store import add_store_option
+from perfgate.machine.hardware_id import check_hardware_id
+from perfgate.store import run_store
+from perfgate.store.backends import describe, spec_of
 from perfgate.judge import ab_stats
 from perfgate.commands import ab as ab_cmd
 from perfgate.options import number, output_file, output_folder
@@ -59,7 +66,7 @@ from perfgate.judge.metric_result import MetricResult
 
 DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 _OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--aa-repeats", "--rounds", "--threshold", "--confidence",
-                "--save", "--root", "--hardware-id", "--tally", "--time-limit", "--env", "--b-env-at",
+                "--save", "--root", "--hardware-id", "--tally", "--store", "--time-limit", "--env", "--b-env-at",
                 "--against-baselines"}
 _SAME_IN_EVERY_FILE = ("knob", "rounds", "threshold", "pytest_args", "conditions")
 
@@ -97,9 +104,11 @@ def register(sub) -> None:
     p.add_argument("--against-baselines", action="store_true",
                    help="measure the gate instead of `perfgate ab`: each repeat is one pytest run judged against "
                         "the committed baselines, as CI runs it (perfgate/commands/gate_power.py)")
-    p.add_argument("--tally", type=Path, nargs="+", metavar="COUNTS",
-                   help="measure nothing: add up counts files written by --save (several leases or sessions "
-                        "of one selection) and print their table")
+    p.add_argument("--tally", nargs="*", metavar="COUNTS|RUN",
+                   help="measure nothing: add up counts files written by --save (several sessions of one "
+                        "selection), or count the gate's verdicts in runs (results files, or runs in the results "
+                        "store by sha256 or <hardware-id>/<name>; none named: every stored run of --hardware-id)")
+    add_store_option(p, what="with --tally: where a RUN that is not a file is found")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="tests and pytest options")
     p.set_defaults(func=run)
 
@@ -324,7 +333,46 @@ def slowed_by(conditions: dict[str, dict[str, str]]) -> str:
     return ", ".join(sorted(names)) or "A = A only"
 
 
+def _is_counts_file(name: str) -> bool:
+    """A counts file of --save (anything else named to --tally is a run: a results file or a stored run)."""
+    path = Path(name)
+    if not path.is_file() or name.endswith(".gz"):
+        return False
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, OSError):
+        return True  # load_counts says what is wrong with it
+    return not (isinstance(doc, dict) and doc.get("kind") == "perfgate-results")
+
+
+def tally_runs(args: argparse.Namespace) -> int:
+    """--tally RUN...: the gate's verdicts in runs already judged, counted as --against-baselines counts them."""
+    names = list(args.tally)
+    if not names:
+        if args.hardware_id is None:
+            raise ValueError("--tally with no files counts every stored run of one machine: add --hardware-id ID "
+                             "(and --store STORE), or name counts files or runs")
+        check_hardware_id(args.hardware_id, source="--hardware-id")
+        names = run_store.runs_of(args.store, args.hardware_id)
+        if not names:
+            raise ValueError(f"no runs of {args.hardware_id} in the results store {describe(spec_of(args.store))}")
+    runs = run_store.load_runs(names, args.store)
+    tally = gate_power.tally_runs(runs)
+    when = sorted(r.doc.get("created") or "" for r in runs)
+    tally.print_table(f"perfgate power --tally: {len(runs)} run(s) judged by the gate, {when[0][:10]} to "
+                      f"{when[-1][:10]}")
+    if args.save:
+        write_json_atomic(args.save, {**tally.document([], len(runs), len(runs)), "tallied_from": [r.name for r in runs]})
+        print(f"saved {args.save}")
+    return 0
+
+
 def tally_files(args: argparse.Namespace) -> int:
+    counts_files = [_is_counts_file(str(name)) for name in args.tally]
+    if not args.tally or not all(counts_files):
+        if any(counts_files):
+            raise ValueError("--tally adds up counts files or counts runs, not both in one table")
+        return tally_runs(args)
     names = [str(p) for p in args.tally]
     first, counts = merge_counts([load_counts(p) for p in args.tally], names)
     ab_runs = sum(c.runs for by_cond in counts.values() for c in by_cond.values()) // max(len(counts), 1)
@@ -374,7 +422,9 @@ def next_ab_fits(durations: list[float], left_s: float) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.tally:
+    if args.store and args.tally is None:
+        raise ValueError("--store names where --tally finds runs; `perfgate power` measures its own")
+    if args.tally is not None:
         if args.pytest_args:
             raise ValueError("--tally adds up saved counts and measures nothing: give it no tests")
         if args.against_baselines:

@@ -1,4 +1,8 @@
-"""`perfgate refresh RESULTS.json`: turn a run's results into baselines, after review.
+"""`perfgate refresh RUN...`: turn a run's results into baselines, after review.
+
+A RUN is a results file (`pytest --perf-save`) or a run of the results store (``--store``; by its sha256,
+a 12+ digit prefix of it, or ``<hardware-id>/<name>``: perfgate.store.run_store.load_runs), and the
+baseline names each pooled run as the store does, by name and hash.
 
 Shows old vs new per metric with provenance and software versions, then writes only
 after confirmation (or --yes). It writes only the results' own hardware id folder, so
@@ -23,9 +27,10 @@ import sys
 from pathlib import Path
 
 
+from perfgate.commands.store import add_store_option
 from perfgate.store.settings import load_settings
 from perfgate.report.textable import printable
-from perfgate.store import baseline_writer, results as results_mod, run_store
+from perfgate.store import baseline_writer, run_store
 from perfgate import interrupts
 from perfgate.commands.confirm import confirmed
 from perfgate.store.baseline_writer import Checks
@@ -38,8 +43,10 @@ from perfgate.report.textable import Column, render, stdout_width, wrap_words
 
 def register(sub) -> None:
     p = sub.add_parser("refresh", help="write baselines from a results file (shows a diff first)")
-    p.add_argument("results", type=Path, nargs="+",
-                   help="results JSON written by `pytest --perf-save`; several runs of one hardware id are pooled")
+    p.add_argument("results", nargs="+", metavar="RUN",
+                   help="results JSON written by `pytest --perf-save`, or a run in the results store (--store) by "
+                        "its sha256, a 12+ digit prefix or <hardware-id>/<name>; several runs of one id are pooled")
+    add_store_option(p, what="where a RUN that is not a file is found")
     p.add_argument("--baselines", type=Path,
                    help="baseline folder (default: [tool.perfgate] baselines; created if named here)")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="project root holding pyproject.toml")
@@ -76,10 +83,10 @@ def _diff_table(rows: list[list[str]], provenances: list[str], *, width: int, ti
 
 
 def run(args: argparse.Namespace) -> int:
-    names = [str(p) for p in args.results]
-    docs = [results_mod.load(p) for p in args.results]
+    runs = run_store.load_runs(args.results, args.store)
+    names, docs = [r.name for r in runs], [r.doc for r in runs]
     checks = Checks.of(lambda name: getattr(args, name.replace("-", "_")), baseline_writer.CHECK_FLAGS)
-    refs = [run_store.run_reference(p, d["hardware_id"]) for p, d in zip(args.results, docs)]
+    refs = [r.reference for r in runs]
     # the id's committed table judges whether the runs agree (as its sessions will judge them)
     settings = load_settings(args.root, args.baselines, hardware_id=docs[0]["hardware_id"])
     try:

@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from perfgate import mutations
+from perfgate.store import run_store
+from perfgate.store.atomic import json_bytes
+from perfgate.store.backends import describe
 from perfgate.judge import outcomes, pooling
 from perfgate.judge.baseline_choice import report_notes as baseline_notes
 from perfgate.machine import hardware
@@ -109,11 +112,11 @@ def write_outputs(config: pytest.Config, state: PerfState) -> None:
             state.save_note = (f"run interrupted: results of the {len({r.test_id for r in state.results})} "
                                f"finished test(s) saved to {config.getoption('--perf-save')} "
                                f"(marked \"interrupted\": true)")
-    if config.getoption("--perf-history"):
-        hist = Path(config.getoption("--perf-history"))
+    if config.getoption("--perf-history"):  # a results store: a folder, an SQLite file or PostgreSQL
+        hist = str(config.getoption("--perf-history"))
         stamp = doc["created"].replace(":", "").replace("+0000", "Z")
-        failures.append(_written(f"--perf-history {hist}", lambda: results_mod.save(
-            hist / f"{stamp}-{doc['commit'] or 'nocommit'}.json", doc)))
+        failures.append(_written(f"--perf-history {describe(hist)}", lambda: run_store.push(
+            hist, json_bytes(doc, finite=False), doc["hardware_id"], f"{stamp}-{doc['commit'] or 'nocommit'}.json")))
     if config.getoption("--perf-markdown"):
         md = run_report.markdown(state.results, hardware_id=state.hardware_id, commit=doc["commit"],
                              current_software=doc["fingerprint"]["software"],

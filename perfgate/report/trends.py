@@ -1,7 +1,7 @@
 """History of runs -> per-metric time series of run medians. Pure: no plotting, no detection.
 
-Input is results JSONs (``pytest --perf-history DIR`` writes one per run; ``--perf-save``
-files too, ``.json.gz`` included) or a results store (perfgate.store.backends: its metric rows,
+Input is results files (``--perf-save``, ``.json.gz`` included) or a results store (a history folder
+that ``pytest --perf-history DIR`` writes is one; perfgate.store.backends: its metric rows,
 one indexed read, no document loaded until a page shows a run's verdicts); series are kept apart
 per hardware id, because numbers from two machines are not one series. Both become the same metric
 rows (perfgate.store.backends.documents.metric_rows), so a series is built one way. Where a series
@@ -20,6 +20,7 @@ from perfgate.store import results as results_mod
 from perfgate.judge.metric_result import MetricResult
 from perfgate.judge.metric_result import metric_results
 from perfgate.store.backends import ResultsStore, documents
+from perfgate.store.backends.folder import FolderStore
 
 
 @dataclass(frozen=True)
@@ -96,24 +97,22 @@ def family_of(test_id: str) -> str:
 
 
 def load_history(*paths: Path) -> list[Run]:
-    """Every results JSON in the given folders (``*.json``, ``*.json.gz``) or files, oldest first.
-    Unreadable files fail with their name."""
-    files: list[Path] = []
+    """Every run in the given history folders (read as the results store they are: ``pytest --perf-history
+    DIR`` lays runs out as ``DIR/<hardware-id>/<name>.json.gz``; an older one holds ``DIR/*.json``) and
+    results files, oldest first. Unreadable files fail with their name."""
+    runs = []
     for p in map(Path, paths):
         if p.is_dir():
-            files += sorted([*p.glob("*.json"), *p.glob("*.json.gz")])
+            runs += history_from_store(FolderStore(p, create=False))
         elif p.is_file():
-            files.append(p)
+            doc = results_mod.load(p)
+            entry = documents.entry_of(doc, "", f"{doc['hardware_id']}/{p.name}")
+            runs.append(Run(path=p, created=entry.created, commit=entry.commit, hardware_id=entry.hardware_id,
+                            interrupted=entry.interrupted, rows=tuple(documents.metric_rows(doc, entry)),
+                            load=lambda doc=doc: doc))
         else:
             raise FileNotFoundError(f"{p}: no such history folder or results file; write one with "
                                     f"`pytest --perf-history {p}`")
-    runs = []
-    for path in files:
-        doc = results_mod.load(path)
-        entry = documents.entry_of(doc, "", f"{doc['hardware_id']}/{path.name}")
-        runs.append(Run(path=path, created=entry.created, commit=entry.commit, hardware_id=entry.hardware_id,
-                        interrupted=entry.interrupted, rows=tuple(documents.metric_rows(doc, entry)),
-                        load=lambda doc=doc: doc))
     runs.sort(key=lambda r: (r.created, r.path.name))
     return runs
 

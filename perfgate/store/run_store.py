@@ -6,10 +6,15 @@ folder, an SQLite file or PostgreSQL). A run is known by the sha256 of its uncom
 copy that was re-compressed, or moved into another store, is still the same run and an edited one is not;
 its name is the results file's own, gzipped, under its hardware id. ``perfgate verify-baselines`` finds
 each named run in any store and re-derives the run's median from it.
+
+:func:`load_runs` is how the commands that pool or count runs (refresh, calibrate --from, power --tally)
+take them: a results file by its path, or a run of a results store by its hash or name, read through the
+store's interface (perfgate.store.backends) whatever the backend.
 """
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from perfgate.store import results as results_mod
@@ -49,3 +54,65 @@ def add(store: str | Path, path: Path, *, name: str | None = None) -> tuple[dict
         stored = opened.put(uncompressed_bytes(path), documents.stored_name(doc["hardware_id"],
                                                                             name or stored_name(path)))
     return {"file": stored.entry.name, "sha256": stored.entry.sha256}, stored.added
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """One run as a command pools or counts it."""
+
+    name: str          # how messages show it: the results file's path, or the run's name in its store
+    doc: dict          # the checked results document
+    reference: dict    # how a baseline names it: {"file": "<hardware-id>/<name>.gz", "sha256": ...}
+
+
+def load_runs(names: list[str], store: str | None = None) -> list[LoadedRun]:
+    """Each of ``names``: a results file where that path exists, else a run of the results store
+    ``store`` (``--store``, else $PERFGATE_RESULTS_STORE, else the embedded default) by its sha256, a
+    prefix of 12+ of its digits, or ``<hardware-id>/<name>``. A digest is refused: it has no samples."""
+    out: list[LoadedRun] = []
+    opened = None
+    try:
+        for name in map(str, names):
+            path = Path(name)
+            if path.exists() or path.is_symlink():  # a file (a device or a folder is refused as one)
+                doc = results_mod.load(path)
+                out.append(LoadedRun(str(path), doc, run_reference(path, doc["hardware_id"])))
+                continue
+            if opened is None:
+                try:
+                    opened = open_store(store)
+                except StoreError as exc:
+                    raise StoreError(f"{_shown(name)}: no such results file, and no results store to find it in "
+                                     f"({exc})") from None
+            entry = opened.entry(name)
+            if entry is None:
+                raise StoreError(f"{_shown(name)}: no such results file, and {opened.where} holds no run of that sha256 "
+                                 f"or name; give a file written by `pytest --perf-save`, or a run listed by "
+                                 f"`perfgate store list --store ...`")
+            if entry.digest:
+                raise StoreError(f"{opened.where}: {entry.name} is the digest of its run (summaries, no samples); "
+                                 f"pool the run itself: copy it from the store that holds it (`perfgate store copy`)")
+            out.append(LoadedRun(entry.name, opened.document(entry.sha256),
+                                 {"file": entry.name, "sha256": entry.sha256}))
+    finally:
+        if opened is not None:
+            opened.close()
+    return out
+
+
+def _shown(name: str) -> str:
+    return repr(name if len(name) <= 100 else name[:97] + "...")
+
+
+def runs_of(store: str | None, hardware_id: str) -> list[str]:
+    """The sha256 of every run (not digest) of ``hardware_id`` in a store, oldest first."""
+    with open_store(store) as opened:
+        return [e.sha256 for e in opened.entries(hardware_id) if not e.digest]
+
+
+def push(store: str, raw: bytes, hardware_id: str, file_name: str) -> dict:
+    """Store one run's bytes in ``store`` (created if missing) as ``<hardware-id>/<file_name>.gz``, once:
+    what ``pytest --perf-history STORE`` does at the end of a session. Its run reference."""
+    with open_store(store, create=True) as opened:
+        stored = opened.put(raw, documents.stored_name(hardware_id, file_name))
+    return {"file": stored.entry.name, "sha256": stored.entry.sha256}

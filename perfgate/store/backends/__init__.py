@@ -23,7 +23,7 @@ ENV = "PERFGATE_RESULTS_STORE"
 SQLITE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 
 __all__ = ["ENV", "Entry", "MetricRow", "ResultsStore", "StoreError", "StoreUnavailable", "Stored",
-           "default_location", "describe", "open_store", "spec_of"]
+           "default_location", "describe", "is_url", "open_store", "spec_of"]
 
 
 def default_location() -> Path:
@@ -39,13 +39,14 @@ def spec_of(named: str | os.PathLike | None) -> str:
     return os.environ.get(ENV) or str(default_location())
 
 
-def _is_url(spec: str) -> bool:
+def is_url(spec: str) -> bool:
+    """Whether a store spec is a database URL (else it is a path: a folder or an SQLite file)."""
     return spec.startswith(("postgresql:", "postgresql+", "postgres:", "sqlite:"))
 
 
 def describe(spec: str) -> str:
     """How messages name a store: a URL without its password."""
-    if _is_url(spec):
+    if is_url(spec):
         from perfgate.store.backends.sql import engine_url, shown_url
 
         try:
@@ -59,7 +60,7 @@ def open_store(named: str | os.PathLike | None = None, *, create: bool = False) 
     """The store the user named (see the module's docstring). ``create``: a writer may create the folder,
     file or tables; a reader never does (a read-only login is enough to read)."""
     spec = spec_of(named)
-    if _is_url(spec):
+    if is_url(spec):
         from perfgate.store.backends.sql import SqlStore
 
         try:
