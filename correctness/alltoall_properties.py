@@ -1,9 +1,10 @@
 """Strategies and check for MoE dispatch/combine over variable-split all_to_all_single.
 
-A case is a :class:`correctness.systems.alltoall.Routing`: the destination rank of every token
-of every rank. The strategy builds the send-count matrix first, in one of four shapes real
-routers produce (uniform-random, all zeros, one hot expert rank, geometric skew), then orders
-each rank's tokens by a permutation so dispatch has to sort and combine has to un-sort.
+A case is a :class:`correctness.systems.alltoall.Routing`: the expert of every token of every rank,
+with one or two experts per rank (as the MoE perf step runs it). The strategy builds the send-count
+matrix first, in one of four shapes real routers produce (uniform-random, all zeros, one hot expert
+rank, geometric skew), picks each token's expert among its rank's, then orders each rank's tokens by a
+permutation so dispatch has to sort and combine has to un-sort.
 """
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ def routings(draw, world_size: int, drop_last_split: bool = False) -> Routing:
         counts = [[draw(st.integers(0, 64 >> (2 * ((d - s) % w)))) for d in range(w)] for s in range(w)]
     else:
         counts = [[draw(st.integers(0, 12)) for _ in range(w)] for _ in range(w)]
+    per_rank = draw(st.sampled_from((1, 2)))
     dest = []
     for s in range(w):
-        grouped = [d for d in range(w) for _ in range(counts[s][d])]
+        grouped = [d * per_rank + draw(st.integers(0, per_rank - 1)) for d in range(w) for _ in range(counts[s][d])]
         dest.append(tuple(draw(st.permutations(grouped))))
-    return Routing(dest=tuple(dest), drop_last_split=drop_last_split)
+    return Routing(dest=tuple(dest), experts_per_rank=per_rank, drop_last_split=drop_last_split)
 
 
 def check_round_trip(routing: Routing, results: list[dict]) -> None:
@@ -51,11 +53,13 @@ def check_round_trip(routing: Routing, results: list[dict]) -> None:
     total_received = sum(len(res["received_ids"]) for res in results)
     if total_received != total_sent:
         raise PropertyViolation(f"{total_sent} tokens sent, {total_received} received: not conserved")
+    per_rank = routing.experts_per_rank
     for e, res in enumerate(results):
-        want = [token_id(s, i) for s in range(w) for i, d in enumerate(routing.dest[s]) if d == e]
+        want = [token_id(s, i) for s in range(w) for x in range(e * per_rank, (e + 1) * per_rank)
+                for i, d in enumerate(routing.dest[s]) if d == x]
         if res["received_ids"] != want:
             raise PropertyViolation(f"expert rank {e} received token ids {res['received_ids'][:8]}..., "
-                                    f"expected {want[:8]}... (grouped by source, in source order)")
+                                    f"expected {want[:8]}... (grouped by source, then by expert, in source order)")
     for r, res in enumerate(results):
         want = [token_id(r, i) for i in range(len(routing.dest[r]))]
         if res["combined_ids"] != want:
@@ -63,7 +67,7 @@ def check_round_trip(routing: Routing, results: list[dict]) -> None:
             raise PropertyViolation(f"rank {r}: combine returned ids out of order or lost "
                                     f"(positions lost: {lost[:8]}; got {res['combined_ids'][:8]}...)")
         if res["served_by"] != list(routing.dest[r]):
-            raise PropertyViolation(f"rank {r}: tokens were served by {res['served_by'][:8]}..., "
+            raise PropertyViolation(f"rank {r}: tokens were served by experts {res['served_by'][:8]}..., "
                                     f"routed to {list(routing.dest[r])[:8]}...")
 
 

@@ -1,8 +1,9 @@
 """MoE dispatch + combine over variable-split all_to_all_single on real gloo groups.
 
-For any split matrix (zeros, skew, one hot expert rank, random) on 2, 3 and 4 ranks: the
-received counts are the transposed send counts, tokens are conserved, every token reaches
-the rank it was routed to and comes back to its origin in its original position.
+For any split matrix (zeros, skew, one hot expert rank, random) on 2, 3 and 4 ranks, one or two experts
+per rank: the received counts are the transposed send counts, tokens are conserved, every token reaches
+the expert it was routed to and comes back to its origin in its original position. The data path is
+perfgate.workloads.moe.alltoall, the one the MoE perf step times.
 """
 import pytest
 from hypothesis import given

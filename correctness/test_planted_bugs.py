@@ -64,7 +64,8 @@ def _describe_dcp(case) -> str:
 
 
 def _describe_routing(r) -> str:
-    return f"world={r.world_size}, send counts {r.send_counts()}, dest={r.dest}"
+    return (f"world={r.world_size}, {r.experts_per_rank} expert(s) per rank, send counts {r.send_counts()}, "
+            f"dest={r.dest}")
 
 
 def _describe_collective(c) -> str:

@@ -11,6 +11,8 @@ expert really computes more. One step, as an expert-parallel MoE layer runs it:
 4. combine: the outputs go back the way they came (the dispatch's splits, swapped);
 5. unpermute: each token's output is the gate-weighted sum of its k experts' rows.
 
+Steps 1, 2 and 4 are perfgate.workloads.moe.alltoall, the data path the all-to-all property checks.
+
 Every phase is timed on every rank (perf_counter; on GPU after a device synchronize, so a phase
 holds its kernels). A rank's combine time includes waiting for the slowest peer to finish its
 experts: the effect the seed report saw (§16.4), measured by the reduce as each rank's combine
@@ -30,7 +32,7 @@ import time
 from dataclasses import dataclass
 
 from perfgate.workloads.area import MIN_MEASURED_STEPS
-from perfgate.workloads.moe import routing
+from perfgate.workloads.moe import alltoall, routing
 
 EXACT_LIMIT = 1 << 24  # float32 represents every integer below this exactly
 
@@ -123,42 +125,31 @@ class _Clock:
 
 def _step(torch, dist, spec: MoESpec, ctx, x, local, r: routing.Routing, clock: _Clock) -> dict:
     """One MoE layer step on this rank; returns its phase times (ms), the output and the counts."""
-    n, el, hidden = ctx.world_size, spec.experts_per_rank, spec.hidden
     flat = r.experts.reshape(-1)
     token_of_slot = torch.arange(spec.tokens, device=x.device).repeat_interleave(spec.k)
     t0 = clock()
-    order = torch.argsort(flat, stable=True)
-    rows = token_of_slot[order]
-    send = x.index_select(0, rows)
-    counts = torch.bincount(flat, minlength=spec.experts)
+    plan = alltoall.permute(flat, world_size=ctx.world_size, experts_per_rank=spec.experts_per_rank,
+                            row_of_slot=token_of_slot)
+    send = x.index_select(0, plan.rows)
     t1 = clock()
-    recv_counts = torch.empty_like(counts)
-    dist.all_to_all_single(recv_counts, counts)           # [source][local expert]
-    send_split = counts.view(n, el).sum(1).tolist()
-    by_source = recv_counts.view(n, el)
-    recv_split = by_source.sum(1).tolist()
-    recv = x.new_empty((sum(recv_split), hidden))
-    dist.all_to_all_single(recv, send, recv_split, send_split)
+    recv = alltoall.dispatch(send, plan)
     t2, w2 = clock(), clock.work()
-    starts = (torch.cumsum(recv_counts, 0) - recv_counts).view(n, el).tolist()
-    sizes = by_source.tolist()
     out_rows = torch.empty_like(recv)
-    for e in range(el):
-        idx = torch.cat([torch.arange(starts[s][e], starts[s][e] + sizes[s][e], device=x.device) for s in range(n)])
+    for e, idx in enumerate(alltoall.local_expert_rows(plan, device=x.device)):
         if idx.numel():
             out_rows[idx] = _mlp(torch, local[e], recv.index_select(0, idx))
     t3, w3 = clock(), clock.work()
-    back = torch.empty_like(send)
-    dist.all_to_all_single(back, out_rows, send_split, recv_split)
+    back = alltoall.combine(out_rows, plan)
     t4 = clock()
     out = torch.zeros_like(x)
-    out.index_add_(0, rows, back * r.weights.reshape(-1)[order].unsqueeze(1))
+    out.index_add_(0, plan.rows, back * r.weights.reshape(-1)[plan.order].unsqueeze(1))
     t5 = clock()
     ms = lambda a, b: (b - a) * 1e3  # noqa: E731
     return {"permute_ms": ms(t0, t1), "dispatch_ms": ms(t1, t2), "expert_ms": ms(t2, t3),
             "expert_work_ms": ms(w2, w3),
             "combine_ms": ms(t3, t4), "unpermute_ms": ms(t4, t5), "step_ms": ms(t0, t5), "out": out,
-            "sent_per_expert": counts.tolist(), "received_per_local_expert": by_source.sum(0).tolist()}
+            "sent_per_expert": plan.sent_per_expert.tolist(),
+            "received_per_local_expert": plan.recv_per_source_expert.sum(0).tolist()}
 
 
 def _reference(torch, spec: MoESpec, x, every_expert, r: routing.Routing):
