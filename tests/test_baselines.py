@@ -68,3 +68,37 @@ def test_concurrent_writers_lose_no_entries(tmp_path):
         p.join(60)
     assert all(p.exitcode == 0 for p in procs)
     assert sorted(BaselineStore(tmp_path).load(HW, "shared")) == sorted(f"t{i}" for i in range(6))
+
+
+def test_the_file_is_one_line_per_entry_and_a_refresh_leaves_other_lines_alone(tmp_path):
+    """What a refresh adds to git (results-store/README.md): an untouched entry keeps its bytes, a new one
+    keeps its samples and spread figures to PRECISION digits and its median exactly; any layout is read."""
+    from perfgate.store.baselines import PRECISION, baseline_bytes
+
+    samples = [10.123456789012, 10.2345678901234, 9.98765432109876, 10.0, 10.5555555555555]
+    store = BaselineStore(tmp_path)
+    measured = BaselineEntry(unit="GB/s", better="higher", summary=summarize(samples), tol=0.05,
+                             provenance="measured", runs=({"median": 10.123456789012, "spread": 0.0123456789012,
+                                                           "n": 5},))
+    imported = BaselineEntry(unit="GB/s", better="higher", summary=summarize(samples), tol=0.05,
+                             provenance="imported: a report")
+    store.write(HW, "a", {"t2": {"b_gbps": measured, "a_gbps": measured}, "t1": {"x_gbps": imported}})
+    path = tmp_path / HW / "a.json"
+    lines = path.read_text().splitlines()
+    starts = [line.split(":", 1)[0].strip() for line in lines if line.startswith("   ")]
+    assert starts == ['"x_gbps"', '"a_gbps"', '"b_gbps"']       # one line each, tests and metrics sorted
+    stored = json.loads(path.read_text())["entries"]
+    a = stored["t2"]["a_gbps"]
+    assert a["summary"]["median"] == summarize(samples).median and a["runs"][0]["median"] == 10.123456789012
+    assert a["summary"]["samples"] == [float(f"{x:.{PRECISION}g}") for x in samples] and a["runs"][0]["spread"] == 0.01234568
+    assert stored["t1"]["x_gbps"]["summary"]["samples"] == samples            # another tool's numbers as reported
+    before = {line for line in lines if '"a_gbps"' in line or '"x_gbps"' in line}
+    store.write(HW, "a", {"t2": {"b_gbps": entry(11)}})                    # a refresh of one metric
+    after = path.read_text().splitlines()
+    assert before <= set(after) and len(set(after) - set(lines)) <= 2    # its line (and "updated") only
+    # a file of the earlier layout (indented JSON) reads the same and is rewritten without changing a value
+    old = json.loads(path.read_text())
+    path.write_text(json.dumps(old, indent=1) + "\n")
+    store = BaselineStore(tmp_path)
+    assert store.load(HW, "a")["t1"]["x_gbps"].summary.samples == tuple(samples)
+    assert json.loads(baseline_bytes(old)) == old

@@ -9,12 +9,19 @@ temporary files, and a write removes the temporary files a killed earlier write 
 left. What may be written (finite numbers, no planted bugs, one workload...) is decided
 before, in perfgate.store.baseline_writer. Reading a malformed file fails with the path and
 the fix, never a traceback.
+
+How a file is laid out (:func:`baseline_bytes`) is chosen for what a refresh adds to a git repository:
+one line per (test id, metric) entry, tests and metrics sorted, each entry's fixed fields (unit,
+direction, software...) before the ones a refresh changes, so an entry a refresh leaves alone stays the
+same bytes and git stores a partial refresh as a small delta; and a new entry keeps its samples and
+spread figures to PRECISION significant digits (:func:`stored_entry`). Any JSON layout is read.
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 from datetime import datetime, timezone
@@ -22,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from perfgate.store import locks
-from perfgate.store.atomic import json_bytes, read_in, replace_in
+from perfgate.store.atomic import read_in, replace_in
 from perfgate.machine.hardware_id import HardwareIdError, check_hardware_id
 from perfgate.judge.baseline_entry import BaselineEntry
 from perfgate.store.readers import Checker, ReadError, read_json
@@ -30,12 +37,66 @@ from perfgate.store.safe_paths import PathError, check_area, inside_root, writab
 from perfgate.store.shapes import check_baseline_document, check_schema
 
 SCHEMA_VERSION = 2  # 2: entries may carry `runs` (one summary per contributing run)
+# significant digits a new entry keeps of its samples and spread figures (samples, MAD, IQR, min, max, mean,
+# each run's spread): a float32's precision, a relative step below 1e-6, four orders of magnitude under the
+# smallest tolerance a gate uses. Medians, counts and tolerances are kept as computed: verify-baselines
+# re-derives each run's median exactly. 17 digits of timer noise were ~40 % of what a refresh added to git.
+PRECISION = 7
+# an entry's fields that a refresh rarely changes, written first (the rest follow in BaselineEntry.to_dict's order)
+_FIXED_FIELDS = ("unit", "better", "depends", "device_busy", "workload", "software", "fingerprint_key", "source")
 READABLE_SCHEMAS = (1, 2)
 KIND = "perfgate-baseline"
 
 
 class BaselineError(ReadError):
     """A baseline file is unreadable or of the wrong schema; the message names the file."""
+
+
+def _kept(x: Any) -> Any:
+    return float(f"{x:.{PRECISION}g}") if isinstance(x, float) and math.isfinite(x) else x
+
+
+def stored_entry(entry: dict) -> dict:
+    """A new measured entry as the file keeps it: its samples, MAD, IQR, min, max, mean and each run's spread
+    to PRECISION significant digits (rounding is monotonic: min <= every sample <= max still holds); its
+    median, n, tolerance and each run's median and n exactly as computed. An imported entry keeps the
+    numbers the other tool reported, as reported (a few per metric)."""
+    if not str(entry.get("provenance", "measured")).startswith("measured"):
+        return entry
+    out = dict(entry)
+    summary = dict(out["summary"])
+    summary["samples"] = [_kept(x) for x in summary.get("samples") or ()]
+    for key in ("mad", "iqr", "min", "max", "mean"):
+        if key in summary:
+            summary[key] = _kept(summary[key])
+    out["summary"] = summary
+    if out.get("runs"):
+        out["runs"] = [r | ({"spread": _kept(r["spread"])} if "spread" in r else {}) for r in out["runs"]]
+    return out
+
+
+def _ordered(entry: dict) -> dict:
+    first = {k: entry[k] for k in _FIXED_FIELDS if k in entry}
+    return first | {k: v for k, v in entry.items() if k not in first}
+
+
+def baseline_bytes(doc: dict) -> bytes:
+    """The committed form of a baseline document: the header as indented JSON, then one line per (test id,
+    metric) entry, tests and metrics sorted, fixed fields first. NaN and infinities are refused."""
+    head = {k: v for k, v in doc.items() if k != "entries"}
+    lines = [json.dumps(head, indent=1, allow_nan=False)[:-2] + ","]  # the header without its closing brace
+    tests = sorted(doc["entries"].items())
+    if not tests:
+        return ("\n".join(lines) + '\n "entries": {}\n}\n').encode()
+    lines.append(' "entries": {')
+    for i, (test, metrics) in enumerate(tests):
+        lines.append(f"  {json.dumps(test)}: {{")
+        names = sorted(metrics)
+        for j, metric in enumerate(names):
+            line = json.dumps(_ordered(metrics[metric]), separators=(",", ":"), allow_nan=False)
+            lines.append(f"   {json.dumps(metric)}: {line}{',' if j < len(names) - 1 else ''}")
+        lines.append("  }" + ("," if i < len(tests) - 1 else ""))
+    return ("\n".join(lines) + "\n }\n}\n").encode()
 
 
 def _can_be_id(name: str) -> bool:
@@ -214,7 +275,7 @@ class BaselineStore:
                 kept.get(test, {}).pop(m, None)
         merged, table, default = machines_of_kept(kept, old, fingerprint)
         for test, metrics in entries.items():
-            merged.setdefault(test, {}).update({m: e.to_dict() for m, e in metrics.items()})
+            merged.setdefault(test, {}).update({m: stored_entry(e.to_dict()) for m, e in metrics.items()})
         doc = {"schema_version": SCHEMA_VERSION, "kind": KIND, "hardware_id": hardware_id, "area": area,
                "updated": now_iso(), "fingerprint": default,
                **({"fingerprints": table} if table else {}),
@@ -222,7 +283,7 @@ class BaselineStore:
         # never write what the reader would refuse (the writer's checks should have said which number first)
         check_baseline_document(Checker(path, fix="this is a bug in the writer's checks: nothing was written",
                                         error=BaselineError), doc)
-        data = json_bytes(doc)
+        data = baseline_bytes(doc)
         if current is not None:
             replace_in(folder, path.name + ".prev", current)
         replace_in(folder, path.name, data)
