@@ -52,7 +52,7 @@ SCRIPT = """
   var select = document.getElementById('machine'), box = document.getElementById('filter');
   function apply() {
     var hw = select.value, text = box.value.trim().toLowerCase();
-    document.querySelectorAll('[data-hw], [data-key]').forEach(function (e) {  // a row may carry both
+    document.querySelectorAll('[data-hw], [data-key]').forEach(function (e) {  // a row may have both
       var d = e.dataset;
       e.hidden = (d.hw !== undefined && hw !== '' && d.hw !== hw) ||
                  (d.key !== undefined && text !== '' && d.key.toLowerCase().indexOf(text) < 0); });
