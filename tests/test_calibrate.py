@@ -119,6 +119,11 @@ def test_calibrate_end_to_end_writes_spread_into_the_baseline(tmp_path, capsys):
     assert speed["tol"] == spread["proposed_tol"]
     hit = doc["entries"]["perf/demo/test_demo.py::test_speed"]["hit_rate"]
     assert hit["spread"]["absolute"] is True and hit["spread"]["proposed_tol"] >= 0.01
+    # each fresh run is kept in the results store (here the embedded default) under its own name and hash:
+    # `perfgate verify-baselines` re-derives the entries of calibrate as it does refresh's (issue 50)
+    assert [f"-run{i + 1}-{r['sha256'][:12]}.json.gz" in r["file"] for i, r in enumerate(speed["runs"])] == [True] * 3
+    assert main(["verify-baselines", "--root", str(tmp_path)]) == 0
+    assert "6 run reference(s) re-derived and equal, 0 not; 0 without a hash" in capsys.readouterr().out
 
 
 def _saved(tmp_path, name, medians_by_metric):

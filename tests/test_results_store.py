@@ -104,6 +104,29 @@ def test_refresh_records_each_run_by_store_name_and_hash_never_by_path(project, 
     assert str(root) not in text
 
 
+def test_a_sessions_refresh_keeps_its_run_where_verify_baselines_finds_it(pytester, capsys):
+    """`pytest --perf-refresh` wrote run summaries without a hash, which verify-baselines counted as not
+    checkable (issue 50): the session's run now goes to the results store (--perf-history's, else
+    $PERFGATE_RESULTS_STORE, else the embedded default) and the baseline names it by name and hash."""
+    pytester.makepyfile(test_bw="""
+        def test_bw(perf):
+            perf.record("bw", [10.0, 10.2, 9.8, 10.1, 9.9], unit="GB/s", better="higher")
+    """)
+    pytester.makefile(".toml", pyproject="[tool.perfgate]\n")
+    store = pytester.path / "store"
+    res = pytester.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines([f"*their run is {HW}/*.json.gz in *"])
+    code, out = main(["verify-baselines", "--root", str(pytester.path)]), capsys.readouterr().out
+    assert code == 0 and "1 run reference(s) re-derived and equal, 0 not; 0 without a hash" in out, out
+    # named with --perf-history, the run is kept there (once, though both outputs push it)
+    pytester.runpytest(f"--perf-hardware-id={HW}", "--perf-refresh", f"--perf-history={store}",
+                       "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert len(list((store / HW).glob("*.json.gz"))) == 1
+    code, out = main(["verify-baselines", str(store), "--root", str(pytester.path)]), capsys.readouterr().out
+    assert code == 0 and "1 run reference(s) re-derived and equal, 0 not" in out, out
+
+
 def _verified(root: Path, store: Path, capsys) -> tuple[int, str]:
     code = main(["verify-baselines", str(store), "--root", str(root)])
     return code, capsys.readouterr().out

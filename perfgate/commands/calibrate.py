@@ -86,7 +86,8 @@ def register(sub) -> None:
                    help="calibrate from these saved runs instead of running pytest: results files (pytest "
                         "--perf-save; .json or .json.gz) or runs in the results store (--store) by sha256, 12+ "
                         "digit prefix or <hardware-id>/<name>; at least 2, e.g. one per sitting")
-    add_store_option(p, what="with --from: where a RUN that is not a file is found")
+    add_store_option(p, what="with --from: where a RUN that is not a file is found; with --write and fresh runs: "
+                             "where each run is kept, which the baseline names (so verify-baselines checks it)")
     # every number checked as parsed, before a run starts (options.number): --k nan once ran N sessions
     p.add_argument("--runs", type=number("the runs", at_least=3, whole=True),
                    help="fresh pytest runs (default 5; at least 3: a spread of fewer run medians is no spread)")
@@ -323,7 +324,9 @@ def _saved_runs(args: argparse.Namespace) -> tuple[list[dict], list[str], list[d
 
 
 def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[dict], list[str], list[dict]]:
-    """N fresh pytest runs of the selection, each saved (under --keep, or a temporary folder)."""
+    """N fresh pytest runs of the selection, each saved (under --keep, or a temporary folder); with --write,
+    each also kept in the results store (--store, else $PERFGATE_RESULTS_STORE, else the embedded default),
+    whose reference the baseline records, as `perfgate refresh` records a file's."""
     runs = 5 if args.runs is None else args.runs
     if args.hardware_id is not None:
         check_hardware_id(args.hardware_id, source="--hardware-id")
@@ -341,22 +344,26 @@ def _fresh_runs(args: argparse.Namespace, root: Path, settings) -> tuple[list[di
     with tempfile.TemporaryDirectory(prefix="perfgate-calibrate-") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
-        docs = []
+        docs, refs = [], []
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task(f"calibrating: {runs} runs of pytest {' '.join(pytest_args)}", total=runs)
             for i in range(runs):
                 path = folder / f"run{i + 1}.json"
                 pytest_run.run_saving([*pytest_args, "-q"], path, root=root, hardware_id=args.hardware_id)
                 docs.append(results_mod.load(path))
+                if args.write:
+                    name = run_store.session_name(docs[-1], run_store.uncompressed_bytes(path), f"run{i + 1}")
+                    refs.append(run_store.add(args.store, path, name=name)[0])
                 progress.advance(task)
-    return docs, [f"calibration run {i + 1}" for i in range(len(docs))], []
+    return docs, [f"calibration run {i + 1}" for i in range(len(docs))], refs
 
 
 def run(args: argparse.Namespace) -> int:
     root = args.root.resolve()
     settings = load_settings(root, args.baselines)
-    if args.store and not args.saved:
-        raise ValueError("--store names where the runs of --from are found; fresh runs are saved by --keep")
+    if args.store and not (args.saved or args.write):
+        raise ValueError("--store names where the runs of --from are found, or where --write keeps the fresh runs; "
+                         "without either, fresh runs are saved by --keep")
     docs, names, refs = _saved_runs(args) if args.saved else _fresh_runs(args, root, settings)
     hw = {d["hardware_id"] for d in docs}
     if len(hw) != 1:

@@ -5,9 +5,9 @@ name and sha256 (perfgate.store.run_store). This command finds each run in a res
 perfgate.store.backends; a code tree's digests of its runs serve as well as the runs), checks its hash,
 and recomputes that test and metric's median and sample count from it, as `perfgate refresh` did: a
 baseline edited by hand, a results file changed after the fact, or one missing from the store are
-reported, and any of them exits 1. Run summaries without a hash (from `pytest --perf-refresh` or
-`perfgate calibrate --write`, which refresh from no results file) are counted as not checkable,
-never passed off as checked.
+reported, and any of them exits 1. Every front door that writes baselines from runs names them by hash
+(`pytest --perf-refresh` and `calibrate --write` push their sessions' runs to the store first); a run
+summary without a hash (written before they did) is counted as not checkable, never passed off as checked.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import pytest
 from perfgate import mutations
 from perfgate.store import run_store
 from perfgate.store.atomic import json_bytes
-from perfgate.store.backends import describe
+from perfgate.store.backends import describe, spec_of
 from perfgate.judge import outcomes, pooling
 from perfgate.judge.baseline_choice import report_notes as baseline_notes
 from perfgate.machine import hardware
@@ -113,10 +113,9 @@ def write_outputs(config: pytest.Config, state: PerfState) -> None:
                                f"finished test(s) saved to {config.getoption('--perf-save')} "
                                f"(marked \"interrupted\": true)")
     if config.getoption("--perf-history"):  # a results store: a folder, an SQLite file or PostgreSQL
-        hist = str(config.getoption("--perf-history"))
-        stamp = doc["created"].replace(":", "").replace("+0000", "Z")
+        hist, raw = str(config.getoption("--perf-history")), json_bytes(doc, finite=False)
         failures.append(_written(f"--perf-history {describe(hist)}", lambda: run_store.push(
-            hist, json_bytes(doc, finite=False), doc["hardware_id"], f"{stamp}-{doc['commit'] or 'nocommit'}.json")))
+            hist, raw, doc["hardware_id"], run_store.session_name(doc, raw))))
     if config.getoption("--perf-markdown"):
         md = run_report.markdown(state.results, hardware_id=state.hardware_id, commit=doc["commit"],
                              current_software=doc["fingerprint"]["software"],
@@ -145,9 +144,19 @@ def _refresh(config: pytest.Config, state: PerfState, doc: dict) -> None:
         state.refresh_failed = True
         return
     left_out: list[str] = []  # metrics that measured nothing (every sample 0 ms): said, not written
+    # the run itself goes to the results store (--perf-history's, else $PERFGATE_RESULTS_STORE, else the embedded
+    # default) and the baseline names it by store name and hash, as `perfgate refresh` does: so `perfgate
+    # verify-baselines` can re-derive every entry this session writes
+    kept_in = str(config.getoption("--perf-history") or "") or None
     try:
-        written = baseline_writer.write_baselines([doc], ["this session"], store=state.store,
+        raw = json_bytes(doc, finite=False)
+        ref = run_store.push(kept_in, raw, doc["hardware_id"], run_store.session_name(doc, raw))
+        written = baseline_writer.write_baselines([doc], ["this session"], store=state.store, refs=[ref],
                                                   checks=refresh_checks(config), hold=False, say=left_out.append)
+    except OSError as exc:  # the store's folder or file cannot be written
+        state.refresh_note = f"perfgate: --perf-refresh stopped: the run could not be stored: {os_error(exc)}"
+        state.refresh_failed = True
+        return
     except ValueError as exc:  # a check refused, a name that cannot be a file, a failing write: one line
         state.refresh_note = "; ".join([f"perfgate: --perf-refresh stopped: {exc}", *left_out])
         state.refresh_failed = True
@@ -156,7 +165,8 @@ def _refresh(config: pytest.Config, state: PerfState, doc: dict) -> None:
         state.refresh_note = "; ".join(["perfgate: --perf-refresh wrote nothing", *left_out])
         state.refresh_failed = True
         return
-    state.refresh_note = "; ".join(["refreshed baselines: " + ", ".join(str(p) for p in written), *left_out])
+    state.refresh_note = "; ".join(["refreshed baselines: " + ", ".join(str(p) for p in written),
+                                    f"their run is {ref['file']} in {describe(spec_of(kept_in))}", *left_out])
 
 
 REASON_SHOWN_CHARS = 240  # of the one reason a taint summary quotes; the results file keeps them whole

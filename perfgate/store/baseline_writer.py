@@ -435,9 +435,11 @@ def write_plan(store: BaselineStore, plan: Plan, checks: Checks, *, hold: bool =
 
 
 def write_baselines(docs: list[dict], names: list[str], *, store: BaselineStore, checks: Checks,
-                    hold: bool = True, say: Callable[[str], object] = print) -> list[Path]:
-    """Results documents -> baselines, every check on the way (``pytest --perf-refresh``)."""
-    return write_plan(store, plan_from_results(docs, names, checks, say=say), checks, hold=hold)
+                    hold: bool = True, say: Callable[[str], object] = print,
+                    refs: list[dict] | None = None) -> list[Path]:
+    """Results documents -> baselines, every check on the way (``pytest --perf-refresh``); ``refs``: each
+    run's results-store reference (perfgate.store.run_store), which the baseline records."""
+    return write_plan(store, plan_from_results(docs, names, checks, say=say, refs=refs), checks, hold=hold)
 
 
 def store_for_writing(settings, *, named: bool, pyproject: Path) -> BaselineStore:

@@ -110,7 +110,17 @@ def runs_of(store: str | None, hardware_id: str) -> list[str]:
         return [e.sha256 for e in opened.entries(hardware_id) if not e.digest]
 
 
-def push(store: str, raw: bytes, hardware_id: str, file_name: str) -> dict:
+def session_name(doc: dict, raw: bytes, part: str = "") -> str:
+    """What a session's run (``doc``, stored as ``raw``) is called in a store where it has no file of its own:
+    its start time, commit, ``part`` where one command runs several sessions, and the first 12 digits of its
+    sha256 (``2026-12-07T120000Z-1a2b3c4d5e6f-5a9686d03b40.json``): two sessions of one commit that start in the
+    same second (CI shards on one runner) are two runs, never one name claimed twice."""
+    stamp = doc["created"].replace(":", "").replace("+0000", "Z")
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    return f"{stamp}-{doc['commit'] or 'nocommit'}{f'-{part}' if part else ''}-{digest}.json"
+
+
+def push(store: str | None, raw: bytes, hardware_id: str, file_name: str) -> dict:
     """Store one run's bytes in ``store`` (created if missing) as ``<hardware-id>/<file_name>.gz``, once:
     what ``pytest --perf-history STORE`` does at the end of a session. Its run reference."""
     with open_store(store, create=True) as opened:
