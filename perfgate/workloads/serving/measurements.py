@@ -391,11 +391,11 @@ def _check_import(run, profile: ServingProfile) -> None:
 
 # ---- two servers, one flag apart: small KV, compiled/eager, prefix cache ----------------------------
 
-def _pair(p: ServingProfile, servers: dict[str, ServerConfig], phases: tuple[Phase, ...], *,
+def _pair(p: ServingProfile, servers: dict[str, ServerConfig], phases: tuple[Phase, ...], *, reps: int,
           retry_starved: bool) -> ServingWorkload:
     """Two servers measured alike: side by side alternating every repetition (the profile's
     ``side_by_side``), else one at a time."""
-    return ServingWorkload(servers, phases, reps=p.reps, extra_reps=p.reps if retry_starved else 0,
+    return ServingWorkload(servers, phases, reps=reps, extra_reps=reps if retry_starved else 0,
                            starved_when="median_tpot" if retry_starved else None, alternate=True,
                            side_by_side=p.side_by_side)
 
@@ -408,7 +408,8 @@ def kv_workload(p: ServingProfile) -> ServingWorkload:
     prompts = Prompts(p.kv_requests, p.input_len, p.output_len)
     return _pair(p, {"default": DEFAULT_SERVER, "small": small},
                  tuple(Phase(n, n, prompts, seed=12000, concurrency=p.kv_concurrency, load_seed=0,
-                             counters=("preemptions",)) for n in KV_SERVERS), retry_starved=True)
+                             counters=("preemptions",)) for n in KV_SERVERS), reps=p.kv_reps or p.reps,
+                 retry_starved=True)
 
 
 def kv_reduce(case: Case, runs: ServingRuns) -> list[Record]:
@@ -458,7 +459,8 @@ def eager_workload(p: ServingProfile) -> ServingWorkload:
     eager = ServerConfig(variant="eager", extra_args=("--enforce-eager",))
     return _pair(p, {"compiled": DEFAULT_SERVER, "eager": eager},
                  tuple(Phase(_eager_phase(n, c), n, _closed(p, c), seed=9000 + c, seed_step=10, concurrency=c, step=c)
-                       for c in p.eager_concurrency for n in EAGER_SERVERS), retry_starved=True)
+                       for c in p.eager_concurrency for n in EAGER_SERVERS), reps=p.eager_reps or p.reps,
+                 retry_starved=True)
 
 
 def eager_reduce(case: Case, runs: ServingRuns) -> list[Record]:
@@ -516,7 +518,7 @@ def eager_reduce(case: Case, runs: ServingRuns) -> list[Record]:
         Attached("servers", {n: {"startup_s": f.startup_s, "engine_init_s": f.engine_init_s,
                                  "kv_cache_tokens": f.kv_cache_tokens, "argv": list(f.argv)} for n, f in facts.items()}),
         Attached("workload", {"input_len": p.input_len, "output_len": p.output_len, "concurrency": list(levels),
-                              "reps": p.reps, "side_by_side": p.side_by_side}),
+                              "reps": runs.workload.reps, "side_by_side": p.side_by_side}),
         Attached("quiet_waits", runs.quiet_waits)]  # before each switch of server
 
 
@@ -532,7 +534,7 @@ def prefix_workload(p: ServingProfile) -> ServingWorkload:
     return _pair(p, {"on": DEFAULT_SERVER, "off": ServerConfig(prefix_caching=False)},
                  tuple(Phase(f"{n}-{ph}", n, prompts, seed=7000, concurrency=p.prefix_concurrency, load_seed=0,
                              counters=("prefix_cache",)) for n in PREFIX_SERVERS for ph in PREFIX_PHASES),
-                 retry_starved=False)
+                 reps=p.reps, retry_starved=False)
 
 
 def prefix_reduce(case: Case, runs: ServingRuns) -> list[Record]:
