@@ -9,7 +9,7 @@ hf_decode (decode tokens/s of external commands), starvation (runs in which a st
 whole answers at once). None imports vLLM.
 
 This file is the area: the profiles' cases, one per test and level (``kind``: the test), whose
-values carry the workload the test's row builds; ``measure`` runs it (workload.drive, given a
+values hold the workload the test's row builds; ``measure`` runs it (workload.drive, given a
 :class:`~perfgate.workloads.serving.workload.ServerSource`: fixtures/serving.py's pool of servers)
 and ``reduce`` is the row's: records and hard invariants (CheckFailed), or AllStarved when every
 repetition had a starved client.

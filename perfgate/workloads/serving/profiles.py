@@ -20,8 +20,8 @@ class BenchBounds:
     client's requests reach the scheduler, a phase pattern of its own (test_vllm_bench_crosscheck's
     docstring): on 2 vCPUs at C=4 TTFT ours/bench read 0.63-1.38 and TPOT, moving the other way,
     0.93-1.20 per round, with E2EL within 1-6 % and ITL within 2 %. On the H200 at C=16 the 1.1 B
-    model's four medians stayed within 3 % over five runs on two leases; the 7.24 B model's split
-    did not (2026-12-02 lease 2: TTFT 0.795, TPOT 1.067, with E2EL 0.990 and ITL 1.001): a step
+    model's four medians stayed within 3 % over five runs in two sittings; the 7.24 B model's split
+    did not (2026-12-02, second sitting: TTFT 0.795, TPOT 1.067, with E2EL 0.990 and ITL 1.001): a step
     of 5 ms makes the arrival pattern matter. None: recorded (the gaps are metrics), not asserted."""
 
     ttft: float | None
@@ -94,7 +94,7 @@ class ServingProfile:
     model_env: tuple[tuple[str, str], ...] = field(default=())
     # The capacity the rate sweep's fractions are of: the median of this many closed-loop runs of this
     # many requests (None: rate_requests) at the largest concurrency. One run of 64 requests at C=32
-    # (two waves) read 93-136 req/s within one lease, and the "0.5x" point offered 24 % more load than
+    # (two waves) read 93-136 req/s within one sitting, and the "0.5x" point offered 24 % more load than
     # the baseline's: its TPOT and E2EL moved +9 to +21 % with the offered rate, not with the stack.
     capacity_requests: int | None = None
     capacity_reps: int = 1
