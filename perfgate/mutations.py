@@ -10,10 +10,8 @@ the environment, never in normal runs::
     PERFGATE_TEST_MUTATION=name[:factor][,name[:factor]...] pytest -m cpu perf/...
 
 A mutation with a factor (a graded slowdown) takes ``name:factor``; ``name`` alone uses its
-default factor. Two knobs older than the registry keep their own variables as aliases
-(``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=k`` = ``collective_slowdown:k``,
-``PERFGATE_TEST_EXTRA_PARAM_COPY=1`` = ``extra_param_copy``). Workers inherit the variables, so a
-mutation reaches every rank and the vLLM server. While any is on, the results document says so
+default factor. That variable is the only one: one spelling per knob, one entry per bug. Workers
+inherit it, so a mutation reaches every rank and the vLLM server. While any is on, the results document says so
 (``test_mutations``), ``pytest --perf-refresh`` is refused and every baseline writer refuses such
 results (perfgate.store.baseline_writer): nobody can turn a run with a planted bug into a
 baseline. Adding a knob is adding one entry below and reading it with :func:`active` or
@@ -38,7 +36,6 @@ class Mutation:
     default_factor: float | None = None  # graded mutations only: the factor of a bare ``name``
     neutral_factor: float = 1.0  # graded: the factor that changes nothing (counts as off); the least allowed
     max_factor: float = math.inf  # graded: factors must lie below this
-    alias_env: str | None = None  # a variable older than the registry that also switches it on
 
     @property
     def graded(self) -> bool:
@@ -46,16 +43,13 @@ class Mutation:
 
 
 MUTATIONS: dict[str, Mutation] = {m.name: m for m in (
-    Mutation("collective_repeat", "collectives",
-             "every timed gloo/NCCL collective is issued 4 times", "perfgate/workloads/collectives/ops.py"),
     Mutation("collective_slowdown", "collectives",
-             "every timed collective takes k times as long (integer k: issued k times; fractional k, CPU "
-             "only: a wait after each timed call stretches it)", "perfgate/workloads/collectives/ops.py",
-             default_factor=4.0, alias_env="PERFGATE_TEST_COLLECTIVE_SLOWDOWN"),
+             "every timed collective takes k times as long (integer k: issued k times, default 4; fractional "
+             "k, CPU only: a wait after each timed call stretches it)", "perfgate/workloads/collectives/ops.py",
+             default_factor=4.0),
     Mutation("extra_param_copy", "training",
              "every training worker keeps a full extra copy of the parameters (a memory leak)",
-             "perfgate/workloads/training/engine.py (maybe_extra_param_copy)",
-             alias_env="PERFGATE_TEST_EXTRA_PARAM_COPY"),
+             "perfgate/workloads/training/engine.py (maybe_extra_param_copy)"),
     Mutation("sequential_segments", "offload",
              "the three segments of an expert are read one after another by one thread instead of in parallel",
              "perfgate/workloads/offload/expert_reads.py (ExpertReader.plan)"),
@@ -148,34 +142,13 @@ def _from_main_variable(raw: str) -> dict[str, float | None]:
     return out
 
 
-def _from_alias(m: Mutation, raw: str) -> tuple[bool, float | None]:
-    """An older variable: a graded one holds the factor (neutral: off), a switch holds 1 (0 or empty: off)."""
-    if m.graded:
-        k = _factor(m, raw, f"{m.alias_env}")
-        return k != m.neutral_factor, k
-    if raw.strip() in ("", "0"):
-        return False, None
-    if raw.strip() != "1":
-        raise MutationError(f"{m.alias_env} must be 1 (on) or 0 (off), got {raw!r}; or use {ENV}={m.name}")
-    return True, None
-
-
 def active_factors(environ=None) -> dict[str, float | None]:
-    """Every mutation switched on (either form), in registry order, with its factor (None: no factor).
+    """Every mutation switched on, in registry order, with its factor (None: no factor).
 
     A graded knob at its neutral factor changes nothing and counts as off. Raises MutationError on an unknown
     name or a bad value, naming the variable."""
     env = os.environ if environ is None else environ
     on = _from_main_variable(env.get(ENV, ""))
-    for m in MUTATIONS.values():
-        raw = env.get(m.alias_env) if m.alias_env else None
-        if raw is None:
-            continue
-        alias_on, k = _from_alias(m, raw)
-        if alias_on and m.name in on and on[m.name] != k:
-            raise MutationError(f"{m.alias_env}={raw!r} and {ENV} both set {m.name} differently; set one")
-        if alias_on:
-            on[m.name] = k
     return {n: on[n] for n in MUTATIONS if n in on and on[n] != MUTATIONS[n].neutral_factor}
 
 
@@ -218,8 +191,3 @@ def results_mark() -> dict | None:
         return None
     return {"names": list(factors), "factors": {n: k for n, k in factors.items() if k is not None},
             "note": note()}
-
-
-def collective_repeat() -> int:
-    """How many times each timed collective is issued (1 normally)."""
-    return 4 if active("collective_repeat") else 1

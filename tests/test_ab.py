@@ -161,22 +161,22 @@ def _ab(project, *options):
 
 
 def test_ab_detects_a_real_slowdown_of_gloo(gloo_project, monkeypatch):
-    monkeypatch.delenv("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", raising=False)
+    monkeypatch.delenv("PERFGATE_TEST_MUTATION", raising=False)
     # 3x: with 4 rounds the interval's low end is about the lowest round's ratio, and on 2 cores shared with
     # other jobs one round can read B/A near 1 (1.5x: two of three runs; 1.75x: B/A 1.515 [0.973, 2.547] in a
     # clean-clone CI run while another pytest ran). This test checks that `ab` detects a slowdown at all;
     # how small a slowdown it detects is `perfgate power`'s question (docs/lifecycle.md)
     # 6 rounds: single runs of this test read 1,070-2,148 us on the quiet machine (A = A, 8 rounds)
-    code, r, doc = _ab(gloo_project, "--b-env", "PERFGATE_TEST_COLLECTIVE_SLOWDOWN=3", "--rounds", "6")
+    code, r, doc = _ab(gloo_project, "--b-env", "PERFGATE_TEST_MUTATION=collective_slowdown:3", "--rounds", "6")
     assert r["verdict"]["outcome"] == "regression", r["verdict"]["explanation"]
     assert code == 1
     assert r["verdict"]["change_ci"][0] > 0.03
-    assert doc["ab"]["b"]["env"] == {"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "3"}
+    assert doc["ab"]["b"]["env"] == {"PERFGATE_TEST_MUTATION": "collective_slowdown:3"}
     assert doc["ab"]["order"] == ["ab", "ba", "ab", "ba", "ab", "ba"]
 
 
 def test_ab_of_a_against_itself_is_no_regression(gloo_project, monkeypatch):
-    monkeypatch.delenv("PERFGATE_TEST_COLLECTIVE_SLOWDOWN", raising=False)
+    monkeypatch.delenv("PERFGATE_TEST_MUTATION", raising=False)
     # At the default 95 % an A = A run is a false "regression" about 2.5 % of the time by construction; this
     # test runs in every CI run, so it asks for 99.9 % (what a user would ask of a gate run nightly)
     code, r, _ = _ab(gloo_project, "--rounds", "4", "--confidence", "0.999")
@@ -220,7 +220,8 @@ def test_power_sets_a_graded_mutation_on_its_own_scale():
 
     assert env("--mutation", "gpu_step_slowdown") == {ENV: "gpu_step_slowdown:0.05"}
     assert env("--mutation", "collective_slowdown", factor=1.1) == {ENV: "collective_slowdown:1.1"}
-    assert env() == {"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "1.05"}
+    assert env() == {ENV: "collective_slowdown:1.05"}  # the default knob: one variable, one entry per bug
+    assert env("--knob", "MY_SLOWDOWN") == {"MY_SLOWDOWN": "1.05"}  # a variable of the user's own code
     with pytest.raises(ValueError, match="graded ones: .*gpu_step_slowdown"):
         env("--mutation", "ddp_no_overlap")
 
@@ -305,13 +306,13 @@ def test_power_keeps_each_ab_s_round_ratios_and_the_tally_adds_them_up(monkeypat
 
 def test_power_tally_names_the_variable_that_slowed_b_not_an_unused_knob(tmp_path, capsys):
     """A serving power table plants its slowdown in a server attached to through --b-env-at; the tally's title
-    named the --knob default (PERFGATE_TEST_COLLECTIVE_SLOWDOWN), which no A/B of it set."""
+    named the default knob (the collectives' slowdown), which no A/B of it set."""
     path = tmp_path / "serving.json"
-    path.write_text(json.dumps(_counts_doc(["pass"], ["regression"], [0.06], knob="PERFGATE_TEST_COLLECTIVE_SLOWDOWN",
+    path.write_text(json.dumps(_counts_doc(["pass"], ["regression"], [0.06], knob="collective_slowdown",
                                            conditions={"A = A": {}, "x1.05": {"PERFGATE_SERVING_URL": "(--b-env-at)"}})))
     assert main(["power", "--tally", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the title wraps at the terminal's width
-    assert "(PERFGATE_SERVING_URL by --b-env-at; -m 1gpu" in out and "COLLECTIVE" not in out
+    assert "(PERFGATE_SERVING_URL by --b-env-at; -m 1gpu" in out and "collective_slowdown" not in out
 
 
 @pytest.mark.parametrize("change, message", [

@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from perfgate import mutations
+
 ROOT = Path(__file__).resolve().parents[1]
 CASE = "perf/collectives/test_collectives.py::test_all_reduce[gloo-2rank-1MiB]"
 
 
 def run_pytest(tmp_path: Path, *extra: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"}
+    env = {k: v for k, v in os.environ.items() if k != mutations.ENV}
     env.update(env_extra or {})
     # --perf-preflight=off: this checks the gate against a planted slowdown; on a machine shared with
     # other jobs the load watch would (rightly) taint both runs, and a tainted run neither refreshes nor fails
@@ -26,7 +28,7 @@ def test_injected_collective_slowdown_fails_as_regression(tmp_path):
     first = run_pytest(tmp_path, "--perf-refresh", "--perf-allow-dirty")  # in this checkout, maybe mid-edit
     assert first.returncode == 0, first.stdout + first.stderr
     slow = run_pytest(tmp_path, "--perf-gate=all", "--perf-retries=0", f"--perf-save={tmp_path / 'r.json'}",
-                      env_extra={"PERFGATE_TEST_COLLECTIVE_SLOWDOWN": "4"})
+                      env_extra={mutations.ENV: "collective_slowdown:4"})
     out = slow.stdout + slow.stderr
     assert slow.returncode == 1, out
     assert "performance regression" in out and "busbw_gbps" in out

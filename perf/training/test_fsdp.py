@@ -8,7 +8,7 @@ in the same dtype, in the same launch.
 
 Memory: torch's MemTracker / FSDPMemTracker give the peak per rank and its breakdown on
 CPU and GPU (deterministic: the saving ratio is the CPU gate); GPUs add
-``torch.cuda.max_memory_allocated`` per step. Setting PERFGATE_TEST_EXTRA_PARAM_COPY=1
+``torch.cuda.max_memory_allocated`` per step. Setting PERFGATE_TEST_MUTATION=extra_param_copy
 (TEST-ONLY, see docs/training.md) keeps a full extra parameter copy alive on every rank,
 which makes test_fsdp_memory fail with verdict ``regression``. Cases, checks and records:
 perfgate.workloads.training (``cases``, ``measure``, ``records``).

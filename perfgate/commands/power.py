@@ -2,14 +2,15 @@
 
 A gate is worth what its verdicts are worth, so measure them: repeat a same-machine A/B
 (`perfgate ab`'s rounds and verdict) ``--repeats`` times for A = A (false alarms) and for
-each injected slowdown of a test-only knob (default PERFGATE_TEST_COLLECTIVE_SLOWDOWN =
+each injected slowdown of a test-only knob (default the mutation ``collective_slowdown`` at
 1.05, 1.10, 1.25: detections), and print per metric how many repeats each condition flagged
 as a regression, with the mean measured change (the true effect of the knob on this machine,
 which on a busy one is not exactly the nominal one).
 
-``--mutation NAME`` takes a graded knob of the registry (perfgate.mutations) instead of a
-variable: a slowdown factor k becomes ``PERFGATE_TEST_MUTATION=NAME:<k on the knob's scale>``
-(``gpu_step_slowdown`` counts extra work from 0, so 1.05 is ``gpu_step_slowdown:0.05``).
+``--mutation NAME`` takes a graded knob of the registry (perfgate.mutations): a slowdown factor k
+becomes ``PERFGATE_TEST_MUTATION=NAME:<k on the knob's scale>`` (``gpu_step_slowdown`` counts extra
+work from 0, so 1.05 is ``gpu_step_slowdown:0.05``). ``--knob VAR`` takes a variable of the code
+under test instead (a slowdown of the user's own), set to the factor.
 
 Costly by design: repeats x (1 + slowdowns) x rounds x 2 pytest runs; ``--aa-repeats`` sets the
 A = A count apart (the detections usually need more). Run it on a quiet
@@ -64,7 +65,7 @@ from perfgate.report.textable import Column, render, stdout_width
 from perfgate.store.atomic import write_json_atomic
 from perfgate.judge.metric_result import MetricResult
 
-DEFAULT_KNOB = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
+DEFAULT_MUTATION = "collective_slowdown"
 _OWN_OPTIONS = {"--knob", "--mutation", "--keep", "--slowdowns", "--repeats", "--aa-repeats", "--rounds", "--threshold", "--confidence",
                 "--save", "--root", "--hardware-id", "--tally", "--store", "--time-limit", "--env", "--b-env-at",
                 "--against-baselines"}
@@ -75,10 +76,11 @@ def register(sub) -> None:
     p = sub.add_parser("power", help="false-alarm and detection rates of `perfgate ab` with injected slowdowns",
                        description="perfgate power [options] [--] PYTEST_ARGS (options go before the tests)")
     knob = p.add_mutually_exclusive_group()
-    knob.add_argument("--knob", default=DEFAULT_KNOB,
-                      help=f"environment variable of the slowdown, set to the factor (default {DEFAULT_KNOB})")
-    knob.add_argument("--mutation", help="a graded test-only mutation instead (perfgate.mutations), e.g. "
-                      "gpu_step_slowdown: factor 1.05 sets PERFGATE_TEST_MUTATION=gpu_step_slowdown:0.05")
+    knob.add_argument("--mutation", help=f"the graded test-only mutation of the slowdown (perfgate.mutations; "
+                      f"default {DEFAULT_MUTATION}), e.g. gpu_step_slowdown: factor 1.05 sets "
+                      f"PERFGATE_TEST_MUTATION=gpu_step_slowdown:0.05")
+    knob.add_argument("--knob", metavar="VAR",
+                      help="an environment variable of the code under test instead, set to the factor")
     p.add_argument("--slowdowns", default="1.05,1.1,1.25", help="comma-separated factors (default 1.05,1.1,1.25)")
     p.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="environment variable of both sides of every A/B (repeat)")
@@ -162,9 +164,9 @@ def parse_slowdowns(text: str) -> list[float]:
 
 def knob_env(args: argparse.Namespace, factor: float) -> dict[str, str]:
     """The environment of B for one slowdown factor (> 1, the nominal cost)."""
-    if not args.mutation:
+    if args.knob:
         return {args.knob: f"{factor:g}"}
-    m = mutations.MUTATIONS.get(args.mutation)
+    m = mutations.MUTATIONS.get(slowed_with(args))
     if m is None or not m.graded:
         graded = ", ".join(sorted(n for n, x in mutations.MUTATIONS.items() if x.graded))
         raise ValueError(f"--mutation {args.mutation!r}: not a graded mutation; graded ones: {graded}")
@@ -173,6 +175,11 @@ def knob_env(args: argparse.Namespace, factor: float) -> dict[str, str]:
     if not value < m.max_factor:
         raise ValueError(f"--slowdowns: {factor:g} is beyond {m.name}'s range (< {m.max_factor:g})")
     return {mutations.ENV: f"{m.name}:{value:g}"}
+
+
+def slowed_with(args: argparse.Namespace) -> str:
+    """The knob of the slowdowns: ``--knob``'s variable, else ``--mutation``'s name, else the default mutation."""
+    return args.knob or args.mutation or DEFAULT_MUTATION
 
 
 def b_env_at(pairs: list[str], slowdowns: list[float]) -> dict[float, dict[str, str]]:
@@ -407,7 +414,7 @@ def _document(args, pytest_args, conditions, base: dict[str, str], counts, done:
               stopped: str | None = None) -> dict:
     return {"repeats": args.repeats, "aa_repeats": args.repeats if args.aa_repeats is None else args.aa_repeats,
             "rounds": args.rounds, "threshold": args.threshold,
-            "knob": args.mutation or args.knob, "conditions": conditions, "pytest_args": pytest_args,
+            "knob": slowed_with(args), "conditions": conditions, "pytest_args": pytest_args,
             **({"env": base} if base else {}),
             **({"b_env_at": args.b_env_at} if args.b_env_at else {}),
             "ab_runs_done": done, "ab_runs_planned": total, "complete": done == total,

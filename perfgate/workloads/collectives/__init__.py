@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from perfgate.machine import hardware
 from perfgate.runcache import RunCache
 from perfgate.workloads.area import Area, Attached, Case, Measured, PerRank, Record, check
-from perfgate.workloads.collectives.ops import OP_DEFS, OPS, SLOWDOWN_ENV, CollectiveSpec, run  # noqa: F401
+from perfgate.workloads.collectives.ops import OP_DEFS, OPS, CollectiveSpec, run  # noqa: F401
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 TARGET = "perfgate.workloads.collectives.ops:run"

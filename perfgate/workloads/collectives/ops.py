@@ -29,8 +29,8 @@ a single call timed while a core was away set 1 iteration per sample in one run 
 next. How far the reference resolves a slowdown, measured with `perfgate power
 --against-baselines`: docs/lifecycle.md.
 
-Test-only knob: ``PERFGATE_TEST_MUTATION=collective_slowdown:<k>`` (or the older
-``PERFGATE_TEST_COLLECTIVE_SLOWDOWN=<k>``; perfgate.mutations). An integer k >= 1 makes every
+Test-only knob: ``PERFGATE_TEST_MUTATION=collective_slowdown:<k>`` (perfgate.mutations; bare
+``collective_slowdown`` is k = 4). An integer k >= 1 makes every
 timed iteration issue the collective k times, which divides bandwidth by k; a fractional
 k > 1 (e.g. 1.1, CPU only) waits (k - 1) times each timed call's own duration right after it,
 inside its timed region, so each call takes k times as long. It
@@ -47,7 +47,6 @@ from typing import Callable
 from perfgate import mutations
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
-SLOWDOWN_ENV = "PERFGATE_TEST_COLLECTIVE_SLOWDOWN"
 
 
 @dataclass(frozen=True)
@@ -319,9 +318,9 @@ def run(spec: CollectiveSpec, ctx) -> list[dict]:
     import torch.distributed as dist
 
     opdef = OP_DEFS[spec.op]
-    slowdown = _slowdown() * mutations.collective_repeat()
+    slowdown = _slowdown()
     if slowdown != int(slowdown) and ctx.device.type == "cuda":
-        raise ValueError(f"collective slowdown {slowdown:g} ({SLOWDOWN_ENV} or {mutations.ENV}): fractional "
+        raise ValueError(f"collective slowdown {slowdown:g} ({mutations.ENV}=collective_slowdown:k): fractional "
                          f"slowdowns time the host and work on CPU only")
     out = []
     for size in spec.sizes:

@@ -37,9 +37,6 @@ import torch.distributed as dist
 from perfgate import mutations
 from perfgate.workloads import device_burn, device_energy, device_time
 
-# TEST-ONLY: a deliberate memory regression, so that the FSDP memory gate can be shown to fire.
-EXTRA_PARAM_COPY_ENV = "PERFGATE_TEST_EXTRA_PARAM_COPY"
-
 # Tracker reference types -> the categories we report. Names are the enums' .name values of
 # torch.distributed._tools.mem_tracker._MemRefType and fsdp2_mem_tracker._FSDPRefType.
 CATEGORY_OF = {
@@ -80,8 +77,8 @@ class CaseResult:
 
 
 def extra_param_copy_enabled() -> bool:
-    """TEST-ONLY knob (registered mutation ``extra_param_copy``; ``PERFGATE_TEST_EXTRA_PARAM_COPY=1`` or
-    ``PERFGATE_TEST_MUTATION=extra_param_copy``): keep a full extra copy of the parameters."""
+    """TEST-ONLY knob (registered mutation ``extra_param_copy``, ``PERFGATE_TEST_MUTATION=extra_param_copy``): keep
+    a full extra copy of the parameters, a deliberate memory regression that shows the FSDP memory gate fires."""
     return mutations.active("extra_param_copy")
 
 

@@ -14,6 +14,7 @@ import warnings
 from types import MappingProxyType
 from typing import Callable, Mapping
 
+from perfgate import mutations
 from perfgate.judge.metrics import paired_ratio
 from perfgate.workloads.area import Attached, Case, Measured, PerRank, Record, check
 from perfgate.workloads.training import plans
@@ -222,9 +223,7 @@ def _fsdp_pair(raw: TrainingRaw, label: str) -> tuple[CaseSummary, CaseSummary]:
     cur = _summary(raw, label)
     ref = _summary(raw, ShardingMode("ddp", cur.info["reduce_dtype"]).label)
     if cur.extra_param_copy:
-        from perfgate.workloads.training.engine import EXTRA_PARAM_COPY_ENV  # imports torch: only when needed
-
-        warnings.warn(f"{EXTRA_PARAM_COPY_ENV}=1: the workers kept an extra parameter copy (TEST-ONLY knob)")
+        warnings.warn(f"{mutations.ENV}=extra_param_copy: the workers kept an extra parameter copy (TEST-ONLY knob)")
     check(cur.finite_losses(), f"{label}: non-finite loss {cur.losses_by_rank}")
     return cur, ref
 
