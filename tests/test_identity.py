@@ -551,7 +551,9 @@ def test_refresh_says_when_the_old_numbers_came_from_another_machine(tmp_path, c
     path = tmp_path / "r.json"
     results_mod.save(path, results_mod.make_document([r], hardware_id="cpu-AMD-EPYC-avx2-2c", fingerprint=here,
                                                      commit="c"))
-    assert cli.main(["refresh", str(path), "--baselines", str(tmp_path / "baselines"), "--root", str(tmp_path),
-                     "--yes"]) == 0
+    args = ["refresh", str(path), "--baselines", str(tmp_path / "baselines"), "--root", str(tmp_path), "--yes"]
+    assert cli.main(args) == 2  # another variant's fingerprint behind this id: refused unless asked for
+    assert "--allow-other-machines" in capsys.readouterr().err
+    assert cli.main(args + ["--allow-other-machines"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "the old numbers were measured on a machine that differs in: cpu.model_number: 1 (baseline) -> 17" in out

@@ -170,7 +170,7 @@ def test_markdown_shows_the_regression_before_the_full_table():
     md = run_report.markdown(results, hardware_id=doc["hardware_id"], commit=doc["commit"], current_software=None)
     before = md[:md.index("<details>")]
     assert "`test_concurrency_sweep[cpu-C=8]` | output_tok_s_vs_c1" in before
-    assert "### Regressions" in before and "Re-run: pytest 'perf/serving/test_concurrency_sweep.py" in before
+    assert "### Regressions" in before and "Re-run: `pytest 'perf/serving/test_concurrency_sweep.py::test_concurrency_sweep[cpu-C=8]'`" in before
     assert before.count("\n") < 30  # first lines: verdict, areas, one attention row, its detail
 
 

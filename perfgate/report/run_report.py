@@ -114,6 +114,16 @@ def regression_line(r: MetricResult, current_software: dict | None) -> str:
                      f"({_software(current_software)}). Re-run: {r.rerun}")
 
 
+def regression_markdown(r: MetricResult, current_software: dict | None) -> str:
+    """regression_line for Markdown: the test id and the re-run command as code spans (shown as they are,
+    copyable, no backslashes in them), the words between as text in which nothing is markup."""
+    b = r.baseline or {}
+    middle = (f" {r.metric}: {r.verdict.get('explanation')}. baseline {fmt_number(baseline_median(r))} {r.unit} "
+              f"({_where(b)}; {_software(b.get('software'))}) vs current {fmt_number(r.summary.median)} {r.unit} "
+              f"({_software(current_software)}). Re-run: ")
+    return md_code(r.test_id) + md_text(middle) + md_code(r.rerun)
+
+
 def regression_detail(r: MetricResult, current_software: dict | None, width: int) -> list[str]:
     """regression_line for a terminal: one clause a line, so a value and its unit start a line."""
     b = r.baseline or {}
@@ -286,7 +296,7 @@ def markdown(results: list[MetricResult], *, hardware_id: str, commit: str | Non
     regressions = [r for r in results if r.outcome == "regression" and r.gated]
     if regressions:
         lines += ["### Regressions", ""]
-        lines += [f"- {md_text(regression_line(r, current_software))}" for r in regressions]
+        lines += [f"- {regression_markdown(r, current_software)}" for r in regressions]
         lines.append("")
     if skipped_by_budget:
         lines += ["### Not run (time budget spent)", ""] + [f"- {md_code(t)}" for t in skipped_by_budget] + [""]
