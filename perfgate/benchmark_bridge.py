@@ -36,6 +36,7 @@ import pytest
 
 from perfgate.node_ids import perf_test_id
 from perfgate.recorder import PerfRecorder
+from perfgate.workloads import timing
 
 METRIC = "time_s"
 RECORDER = pytest.StashKey[PerfRecorder]()
@@ -80,10 +81,10 @@ def time_rounds(call: Callable[[], Any], *, rounds: int, iterations: int, warmup
             made = setup()
             if made:
                 args, kwargs = made
-        t0 = time.perf_counter()
+        span = timing.Span(timing.HOST)
         for _ in range(iterations):
             call(*args, **kwargs)
-        elapsed = time.perf_counter() - t0
+        elapsed = span.close().seconds()
         if teardown is not None:
             teardown(*args, **kwargs)
         if r >= warmup_rounds:
@@ -98,10 +99,10 @@ def calibrated_rounds(call: Callable[[], Any], *, min_rounds: int, max_time: flo
     target = max(min_time, 1e-4)
     iterations = 1
     while True:
-        t0 = time.perf_counter()
+        span = timing.Span(timing.HOST)
         for _ in range(iterations):
             call()
-        duration = time.perf_counter() - t0
+        duration = span.close().seconds()
         if duration >= target or iterations >= 10**7:
             break
         iterations *= 10

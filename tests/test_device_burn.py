@@ -63,7 +63,10 @@ def test_on_a_gpu_the_planted_burn_takes_what_was_asked():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: the burn is device work")
-    from perfgate.workloads.device_time import event_span_ms
+    from perfgate.workloads import timing
+
+    def event_span_ms(fn):
+        return timing.time_call(fn, timing.DEVICE)[1] * 1e3
 
     device = torch.cuda.current_device()
     for target in (0.27, 7.0):
@@ -71,8 +74,8 @@ def test_on_a_gpu_the_planted_burn_takes_what_was_asked():
         assert burn.target_ms == pytest.approx(target)
         assert burn.device_ms == pytest.approx(target, rel=0.15), (burn.n, burn.count)
         torch.cuda._sleep(device_burn.SPIN_CYCLES)
-        queued = event_span_ms(burn.run)[1]
+        queued = event_span_ms(burn.run)
         torch.cuda.synchronize()
-        idle = event_span_ms(burn.run)[1]
+        idle = event_span_ms(burn.run)
         assert queued == pytest.approx(burn.device_ms, rel=0.15)
         assert idle == pytest.approx(burn.device_ms, rel=0.25), "the products are launch-bound from an idle device"

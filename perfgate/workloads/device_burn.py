@@ -25,7 +25,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from perfgate.workloads.device_time import event_span_ms
+from perfgate.workloads import timing
 
 SIZES = (4096, 2048)     # square bf16 products tried, largest first
 MIN_N = SIZES[-1]        # never smaller: smaller products are launch-bound on a busy host
@@ -72,7 +72,7 @@ def queued_product_ms(a, b, reps: int = 20) -> float:
 
     a @ b  # cuBLAS handle and heuristics out of the timing
     torch.cuda._sleep(SPIN_CYCLES)
-    return event_span_ms(lambda: [a @ b for _ in range(reps)])[1] / reps
+    return timing.time_call(lambda: [a @ b for _ in range(reps)], timing.DEVICE)[1] * 1e3 / reps
 
 
 def choose(target_ms: float, product_ms: Callable[[int], float]) -> tuple[int, int, float]:
@@ -111,4 +111,4 @@ def step_span_ms(fn, device) -> float:
     import torch
 
     torch.cuda.synchronize(device)
-    return event_span_ms(fn, device)[1]
+    return timing.time_call(fn, timing.DEVICE)[1] * 1e3

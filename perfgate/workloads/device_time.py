@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from perfgate.workloads import timing
+
 # At or above this busy share a step's time is set by the device, not the host (DESIGN.md §2): the
 # judge's constant, so what a workload checks and what the judge compares across hosts never drift apart.
 from perfgate.judge.metrics import DEVICE_BOUND  # noqa: E402  (re-exported: workloads read it here)
@@ -63,19 +65,6 @@ def device_intervals_us(prof) -> list[tuple[float, float]]:
     return out
 
 
-def event_span_ms(fn: Callable[[], Any], device=None) -> tuple[Any, float]:
-    """Run ``fn`` once between two CUDA events on the current stream: its result and its span on the
-    device in ms (the one way perfgate brackets a call on the device's own clock)."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    out = fn()
-    end.record()
-    end.synchronize()
-    return out, float(start.elapsed_time(end))
-
-
 def measure(fn: Callable[[], Any], device) -> tuple[Any, DeviceWindow]:
     """Run ``fn`` once on an idle ``device`` and return its result and its :class:`DeviceWindow`.
 
@@ -86,6 +75,6 @@ def measure(fn: Callable[[], Any], device) -> tuple[Any, DeviceWindow]:
 
     torch.cuda.synchronize(device)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        out, span = event_span_ms(fn, device)
+        out, span_s = timing.time_call(fn, timing.DEVICE)
         torch.cuda.synchronize(device)
-    return out, DeviceWindow(span_ms=span, busy_ms=union_ms(device_intervals_us(prof)))
+    return out, DeviceWindow(span_ms=span_s * 1e3, busy_ms=union_ms(device_intervals_us(prof)))

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from perfgate import mutations
+from perfgate.workloads import timing
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
 
@@ -206,24 +207,11 @@ def _busy_wait(seconds: float) -> None:
         pass
 
 
-class Timer:
-    """Wall time of a region: CUDA events on GPU, perf_counter on CPU (the one timer of collective calls)."""
-
-    def __init__(self, torch, device):
-        self.torch, self.cuda = torch, device.type == "cuda"
-
-    def __call__(self, fn: Callable[[], None]) -> float:
-        torch = self.torch
-        if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
+def timer_for(device) -> Callable[[Callable[[], None]], float]:
+    """Seconds of one call on ``device``'s clock (perfgate.workloads.timing: CUDA events on GPU, perf_counter
+    on CPU): how every collective call, and the mesh's phases, are timed."""
+    clock = timing.clock_of(device)
+    return lambda fn: timing.time_call(fn, clock)[1]
 
 
 def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: int, slowdown: float) -> SizeResult:
@@ -239,7 +227,7 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
     out = torch.empty(max(out_elems, 1), device=device, dtype=dtype)
     whole = slowdown == int(slowdown)  # integer: k collectives per call; fractional: stretch each sample
     run_once = _slowed(lambda: opdef.call(dist, inp, out, rank, n), slowdown if whole else 1)
-    timer = Timer(torch, device)
+    timer = timer_for(device)
     ctx.phase(f"{spec.op} {size} B warm-up")
     for _ in range(max(spec.warmup, 1)):
         run_once()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-from perfgate.workloads.device_time import event_span_ms
+from perfgate.workloads import timing
 from perfgate.workloads.kernels.raw import CopyProbe
 
 ROTATE_L2_MULTIPLE = 4       # input sets rotated through hold at least this many L2s
@@ -90,7 +90,7 @@ class Burst:
 
     def timed_ms(self) -> float:
         """One burst between two CUDA events on the current stream: its span in ms on the device."""
-        return event_span_ms(self)[1]
+        return timing.time_call(self, timing.DEVICE)[1] * 1e3
 
     def release(self) -> None:
         self.ring = [None] * len(self.inputs)
@@ -119,7 +119,7 @@ class Graphed:
 
     def timed_ms(self) -> float:
         """One replay between two CUDA events on the current stream: its span in ms on the device."""
-        return event_span_ms(self)[1]
+        return timing.time_call(self, timing.DEVICE)[1] * 1e3
 
     def release(self) -> None:
         self.burst.release()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from perfgate.workloads.area import MIN_MEASURED_STEPS
-from perfgate.workloads.collectives.ops import OP_DEFS, Timer, fill
+from perfgate.workloads.collectives.ops import OP_DEFS, fill, timer_for
 from perfgate.workloads.mesh.layout import MeshLayout, release_device_mesh
 from perfgate.workloads.mesh.phases import MIX_DIMS, PhaseMix, expected_counts
 
@@ -162,7 +162,7 @@ def run(spec: PlacementSpec, ctx) -> dict[str, dict]:
     import torch
     import torch.distributed as dist
 
-    timer = Timer(torch, ctx.device)
+    timer = timer_for(ctx.device)
     built: dict[str, _Phases] = {}
     for name, layout in spec.placements:
         ctx.phase(f"build the {name} mesh {layout.describe()}")

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 
 from perfgate.workloads.area import MIN_MEASURED_STEPS
+from perfgate.workloads import timing
 from perfgate.workloads.moe import alltoall, routing
 
 EXACT_LIMIT = 1 << 24  # float32 represents every integer below this exactly
@@ -106,21 +107,19 @@ def _tokens(torch, spec: MoESpec, rank: int, device):
 
 
 class _Clock:
-    """Phase boundaries on one rank: perf_counter, after a device synchronize on GPU.
+    """Phase boundaries on one rank: the host clock once the device drained (perfgate.workloads.timing.now).
 
     ``work()`` is what the expert phase's *work* is measured with: on GPU the same wall clock (the
     device is the rank's own), on CPU this process's CPU time, because ranks share the cores with
     each other and with the machine's other load: a rank whose peers sit waiting in the combine
     gets more of a core, so its wall time understates how much more it computes."""
 
-    def __init__(self, torch, device):
-        cuda = device.type == "cuda"
-        self.sync = torch.cuda.synchronize if cuda else (lambda: None)
-        self.work = self if cuda else time.process_time
+    def __init__(self, device):
+        self.device = device
+        self.work = self if device.type == "cuda" else time.process_time
 
     def __call__(self) -> float:
-        self.sync()
-        return time.perf_counter()
+        return timing.now(self.device)
 
 
 def _step(torch, dist, spec: MoESpec, ctx, x, local, r: routing.Routing, clock: _Clock) -> dict:
@@ -184,7 +183,7 @@ def run(spec: MoESpec, ctx) -> dict:
         r = routing.route(torch, name, tokens=spec.tokens, k=spec.k, experts=spec.experts,
                           experts_per_rank=spec.experts_per_rank, rank=ctx.rank, seed=spec.seed)
         routes[name] = routing.Routing(r.experts.to(device), r.weights.to(device))
-    clock = _Clock(torch, device)
+    clock = _Clock(device)
     results = {name: {p: [] for p in PHASES} for name in spec.distributions}
     for i in range(spec.warmup_steps + spec.measured_steps):
         ctx.phase(f"{'warm-up' if i < spec.warmup_steps else 'timed'} round {i}")

@@ -9,6 +9,8 @@ schedule, the stage class and the communication are untouched, no profiler runs,
 the brackets contain computation only (plus the stage's own bookkeeping), never a wait
 for a neighbour.
 
+Each bracket is a perfgate.workloads.timing.Span:
+
 * CPU: ``time.perf_counter`` brackets (wall time inside the chunk). Wall rather than
   process time on purpose: with more ranks than cores a computing stage may be descheduled,
   and that time is still "busy" in the schedule's sense (the stage is not waiting for a
@@ -25,8 +27,9 @@ exactly the same computations, so there nothing needs wrapping at all.
 from __future__ import annotations
 
 import functools
-import time
 from typing import Any, Callable
+
+from perfgate.workloads import timing
 
 CHUNK_METHODS = {
     "forward_one_chunk": "forward",
@@ -39,34 +42,6 @@ TORCH_BUSY = ("forward", "backward")
 MEGATRON_BUSY = ("forward-compute", "backward-compute")
 
 
-class _Interval:
-    """One open/closed bracket: perf_counter (+thread_time) on CPU, CUDA events on GPU."""
-
-    __slots__ = ("cuda", "w0", "c0", "start", "end", "wall_s", "cpu_s")
-
-    def __init__(self, cuda: bool):
-        self.cuda = cuda
-        self.wall_s = self.cpu_s = 0.0
-        if cuda:
-            import torch
-
-            self.start = torch.cuda.Event(enable_timing=True)
-            self.end = torch.cuda.Event(enable_timing=True)
-            self.start.record()
-        else:
-            self.w0, self.c0 = time.perf_counter(), time.thread_time()
-
-    def close(self) -> None:
-        if self.cuda:
-            self.end.record()
-        else:
-            self.wall_s = time.perf_counter() - self.w0
-            self.cpu_s = time.thread_time() - self.c0
-
-    def seconds(self) -> float:
-        return self.start.elapsed_time(self.end) / 1e3 if self.cuda else self.wall_s
-
-
 class ChunkTimer:
     """Accumulates busy time per kind ("forward", "backward") for one rank."""
 
@@ -74,9 +49,13 @@ class ChunkTimer:
         self.cuda = cuda
         self.reset()
 
+    def _span(self) -> timing.Span:
+        """A bracket: CUDA events on GPU; perf_counter with this thread's CPU time beside it on CPU."""
+        return timing.Span(timing.DEVICE if self.cuda else timing.HOST, thread_time=not self.cuda)
+
     def reset(self) -> None:
-        self._closed: list[tuple[str, _Interval]] = []
-        self._open: dict[str, list[_Interval]] = {}
+        self._closed: list[tuple[str, timing.Span]] = []
+        self._open: dict[str, list[timing.Span]] = {}
         self.unpaired = 0  # stop() without start(): counted, not raised, so a long GPU run still reports
 
     # -- torch.distributed.pipelining ------------------------------------------------
@@ -96,7 +75,7 @@ class ChunkTimer:
     def _timed(self, fn: Callable, kind: str) -> Callable:
         @functools.wraps(fn)
         def timed(*args, **kwargs):
-            interval = _Interval(self.cuda)
+            interval = self._span()
             try:
                 return fn(*args, **kwargs)
             finally:
@@ -109,7 +88,7 @@ class ChunkTimer:
         return _NamedTimer(self, name)
 
     def _start(self, name: str) -> None:
-        self._open.setdefault(name, []).append(_Interval(self.cuda))
+        self._open.setdefault(name, []).append(self._span())
 
     def _stop(self, name: str) -> None:
         stack = self._open.get(name)
@@ -147,7 +126,7 @@ class ChunkTimer:
 
     def cpu_busy_s(self) -> float:
         """Thread CPU seconds inside the brackets (CPU only; 0.0 on GPU)."""
-        return sum(interval.cpu_s for _, interval in self._closed)
+        return sum(interval.thread_seconds for _, interval in self._closed)
 
 
 class _NamedTimer:

@@ -15,10 +15,10 @@ Megatron's schedules allocate on ``device="cuda"`` and its P2P buffers on
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from perfgate.workloads import timing
 from perfgate.workloads.area import MIN_MEASURED_STEPS  # noqa: F401  (re-exported for the workers)
 from perfgate.workloads.pipeline.layout import ParallelLayout
 
@@ -240,9 +240,7 @@ def train_step(trainer: Trainer, batches: list, *, seq_len: int, micro_batch_siz
     ``torch.cuda.synchronize`` after ``forward_backward`` (which includes Megatron's
     finalize_model_grads: DP all-reduce, SP layernorm all-reduce, tied-embedding all-reduce).
     """
-    import torch
-
-    t0 = time.perf_counter()
+    t0 = timing.now()
     for chunk in trainer.chunks:
         chunk.zero_grad_buffer()
     trainer.optimizer.zero_grad()
@@ -256,11 +254,9 @@ def train_step(trainer: Trainer, batches: list, *, seq_len: int, micro_batch_siz
         micro_batch_size=micro_batch_size,
         forward_only=False,
     )
-    torch.cuda.synchronize()
-    t1 = time.perf_counter()
+    t1 = timing.now("cuda")
     update_ok, _grad_norm, _zeros = trainer.optimizer.step()
-    torch.cuda.synchronize()
-    t2 = time.perf_counter()
+    t2 = timing.now("cuda")
     if not update_ok:
         raise RuntimeError("Megatron optimizer skipped the update (non-finite gradients)")
     values = [float(d["lm loss"]) for d in losses] if losses else []

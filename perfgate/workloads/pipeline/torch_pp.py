@@ -23,10 +23,10 @@ tokens/s and speedup series. Phases, in order:
 from __future__ import annotations
 
 import inspect
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfgate.workloads import timing
 from perfgate.workloads.area import MIN_MEASURED_STEPS
 from perfgate.workloads.pipeline.layout import ParallelLayout, pipeline_layouts
 from perfgate.workloads.training.model import GPTConfig
@@ -230,12 +230,11 @@ class _Worker:
         self.barrier()
         elapsed = None
         if self.ctx.rank == 0:
-            t0 = time.perf_counter()
+            t0 = timing.now()
             self.reference_grads(m, step)
             self.ref_optimizer.step()
             self.ref_optimizer.zero_grad(set_to_none=True)
-            self.sync()
-            elapsed = time.perf_counter() - t0
+            elapsed = timing.now(self.ctx.device) - t0
         self.barrier()
         return elapsed
 
@@ -249,14 +248,12 @@ class _Worker:
             ref_s = self.reference_step(m, step) if spec.single_process_reference else None
             self.timer.reset()
             self.barrier()
-            t0 = time.perf_counter()
+            t0 = timing.now()
             losses = self.pipeline_step(sched, m, step)
-            self.sync()
-            t1 = time.perf_counter()
+            t1 = timing.now(self.ctx.device)
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-            self.sync()
-            t2 = time.perf_counter()
+            t2 = timing.now(self.ctx.device)
             if not measured:
                 continue
             by_kind = self.timer.seconds_by_kind()

@@ -45,7 +45,7 @@ class _DecodeBurn:
         import torch
 
         from perfgate.workloads import device_burn
-        from perfgate.workloads.device_time import event_span_ms
+        from perfgate.workloads import timing
 
         tokens = scheduler_output.total_num_scheduled_tokens
         if not 0 < tokens <= DECODE_TOKENS:
@@ -58,8 +58,8 @@ class _DecodeBurn:
         if self.seen <= SKIP_STEPS:
             return original(worker, scheduler_output)
         torch.cuda.synchronize()
-        out, span_ms = event_span_ms(lambda: original(worker, scheduler_output))
-        self.spans_ms.append(span_ms)
+        out, span_s = timing.time_call(lambda: original(worker, scheduler_output), timing.DEVICE)
+        self.spans_ms.append(span_s * 1e3)
         if len(self.spans_ms) >= CALIBRATION_STEPS:
             self.burn = device_burn.calibrate(self.spans_ms, self.fraction, torch.cuda.current_device())
             log.warning("perfgate test-only mutation %s:%g: decode step %.3f ms (median of %d), burn of %d "

@@ -26,7 +26,6 @@ Memory, by source:
 from __future__ import annotations
 
 import gc
-import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -35,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from perfgate import mutations
-from perfgate.workloads import device_burn, device_energy, device_time
+from perfgate.workloads import device_burn, device_energy, device_time, timing
 
 # Tracker reference types -> the categories we report. Names are the enums' .name values of
 # torch.distributed._tools.mem_tracker._MemRefType and fsdp2_mem_tracker._FSDPRefType.
@@ -246,7 +245,8 @@ def _profiled_steps(case: BuiltCase, schedule, device: torch.device) -> None:
 
 def _timed_step(case: BuiltCase, device: torch.device) -> tuple[float, float] | None:
     """One timed step. All ranks enter the world barrier; members of the case then step.
-    Returns the step's (start, end) on ``time.perf_counter`` (None on a rank outside the case)."""
+    Returns the step's (start, end) on the host clock (perfgate.workloads.timing.now; the end once the device
+    drained), the clock the energy meter's windows are read against; None on a rank outside the case."""
     dist.barrier()
     if not case.active:
         return None
@@ -257,10 +257,9 @@ def _timed_step(case: BuiltCase, device: torch.device) -> tuple[float, float] | 
     calls0 = case.allreduce_counter() if case.allreduce_counter else 0
     blocked0 = getattr(case.allreduce_counter, "blocked_s", None)
     exposed0 = getattr(case.allreduce_counter, "exposed_s", None)
-    t0 = time.perf_counter()
+    t0 = timing.now()  # the previous step ended drained; the barrier's device tail stays in, as it always did
     loss = case.run_step()
-    synchronize(device)
-    t1 = time.perf_counter()
+    t1 = timing.now(device)
     res.step_s.append(t1 - t0)
     if case.allreduce_counter:
         res.allreduce_calls.append(case.allreduce_counter() - calls0)
@@ -377,23 +376,20 @@ def run_cases(builders: list[Callable[[], BuiltCase]], schedule, device: torch.d
     if not interleave:
         for build in builders:
             floor = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
-            t0 = time.perf_counter()
-            case = build()
+            case, build_s = timing.time_call(build)
             case.alloc_floor_bytes = floor
             if device.type == "cuda":
                 case.result.info["alloc_floor_gib"] = floor / 2**30
             # where a case's wall time goes (attached with its info): a one-case session on the
             # H200 took 32 s for ~2 s of timed steps, and `perfgate ab` pays that per round
-            spent = case.result.info["phase_s"] = {"build": time.perf_counter() - t0}
+            spent = case.result.info["phase_s"] = {"build": build_s}
             for name, text, run in (
                     ("warmup", "warm-up", lambda: _warmup(case, schedule, device)),
                     ("timed", "timed steps", lambda: _timed_steps(case, schedule, device)),
                     ("profiled", "device-profiled steps", lambda: _profiled_steps(case, schedule, device)),
                     ("tracked", "memory-tracked steps", lambda: _tracked_steps(case, schedule, device))):
                 phase(f"{case.result.label}: {text}")
-                t0 = time.perf_counter()
-                run()
-                spent[name] = time.perf_counter() - t0
+                spent[name] = timing.time_call(run)[1]
             if case.active:
                 results.append(case.result)
             free_storages(*case.owners, *case.keepalive)
