@@ -1,7 +1,7 @@
 """`perfgate ab [options] [--] PYTEST_ARGS`: same-machine A/B of two environments, interleaved.
 
 "Does this NCCL / torch / driver upgrade cost anything?" Comparing against a baseline from
-another run, lease or day mixes the upgrade with that run's offset. Here both stacks run in
+another run, sitting or day mixes the upgrade with that run's offset. Here both stacks run in
 one session on one machine: A and B are two Python interpreters (venvs) or two sets of
 environment variables, each round runs the selection once under each (A B, then B A, ...)
 as a real pytest subprocess with ``--perf-save``, and each metric is gated on the paired
@@ -43,7 +43,7 @@ class OutOfTime(ABError):
     """The rounds left cannot finish before the deadline: stopped before starting them.
 
     An A/B cut short has no verdict, so the rounds it would still run are device time spent for
-    nothing (a lent GPU's call limit, a CI job's timeout). Raised between rounds, never inside one."""
+    nothing (a batch job's time limit, a CI job's timeout). Raised between rounds, never inside one."""
 
     def __init__(self, needed_s: float, left_s: float, rounds_done: int, rounds: int):
         self.needed_s, self.left_s, self.rounds_done, self.rounds = needed_s, left_s, rounds_done, rounds

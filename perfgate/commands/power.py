@@ -16,8 +16,8 @@ Costly by design: repeats x (1 + slowdowns) x rounds x 2 pytest runs; ``--aa-rep
 A = A count apart (the detections usually need more). Run it on a quiet
 machine, and keep the selection small. Nothing measured is lost to a time limit: ``--save`` is
 rewritten after every A/B (``"complete": false`` until the last), and ``--keep`` keeps every
-round's results document, one folder per repeat and condition. ``--time-limit SECONDS`` (a lent GPU's
-call limit, a CI job's timeout) starts no A/B and no round that the pace so far says cannot finish: an
+round's results document, one folder per repeat and condition. ``--time-limit SECONDS`` (a batch job's
+time limit, a CI job's timeout) starts no A/B and no round that the pace so far says cannot finish: an
 A/B cut short has no verdict, so its rounds would be time spent for nothing; what is done is saved
 with ``"complete": false`` and the reason under ``"stopped"``, and the exit status is 3.
 

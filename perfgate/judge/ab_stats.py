@@ -1,7 +1,7 @@
 """Same-machine A/B arithmetic: paired per-round ratios, a Student t interval, a verdict.
 
 Pure functions, no I/O (`perfgate ab` in perfgate/commands/ab.py runs the rounds). Why
-paired rounds: on a shared or leased machine the level of a number drifts between runs
+paired rounds: on a shared machine or a scheduler's allocation the level of a number drifts between runs
 by more than the change we want to see; A and B measured back to back in one round share
 that level, so the per-round ratio B/A cancels it. The interval is Student's t over rounds
 (rounds, not samples, are the independent observations) of the mean log ratio, i.e. of

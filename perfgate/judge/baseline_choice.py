@@ -89,9 +89,9 @@ def tolerances_id(hardware_id: str, with_tolerances: list[str]) -> str:
     """The id whose ``tolerances.toml`` applies, of ``with_tolerances`` (the ids whose folder has one,
     perfgate.store.settings lists them): this id's if it has one, else the nearest of its family,
     else one of another model of the same machine size: a shared 2-core VM is noisy the same way whoever
-    made its CPU (an Intel AMX CI machine read the AMD 2-core VMs' spreads, 2026-12-02), and a lent 1-GPU
+    made its CPU (an Intel AMX CI machine read the AMD 2-core VMs' spreads, 2026-12-02), and a 1-GPU
     machine's host figures (TTFT, client-paced throughput, launch-bound kernels) are its host's whichever
-    card it holds (the first H100 lease, 2026-12-05, would have gated them at the bare defaults)."""
+    card it holds (the first H100 sitting, 2026-12-05, would have gated them at the bare defaults)."""
     if hardware_id in with_tolerances:
         return hardware_id
     ids = sorted(with_tolerances)

@@ -5,11 +5,11 @@ The runs that made the baseline cannot show that (each is inside its own referen
 and judging it against the pool of the rest can, out of sample, with everything the gate uses: the
 tolerance table of the hardware id, the run-level noise model of the pooled entry, the rank test,
 record-only rules, the gross-change guard, and the fingerprint comparison between the held-out run's
-machine and the pool's (a lease on another host reads ``not-comparable`` here as it would in CI).
-Runs from different leases, nights or nodes are the spread a tolerance has to cover; this is what
+machine and the pool's (a sitting on another host reads ``not-comparable`` here as it would in CI).
+Runs from different sittings, nights or nodes are the spread a tolerance has to cover; this is what
 ``perfgate calibrate --from`` prints beside its proposal (docs/lifecycle.md). So a run is held out
-with every run of its sitting (the same boot on the same day: a lease that ran twice), where the runs come from
-two sittings or more: a twin left in the pool would hide most of the spread between leases.
+with every run of its sitting (the same boot on the same day: a job that ran twice), where the runs come from
+two sittings or more: a twin left in the pool would hide most of the spread between sittings.
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def sitting_note(docs: list[dict]) -> str | None:
         return None
     if distinct == 1:
         return (f"the {len(docs)} runs share one boot and day (one sitting): each is held out alone, so the held-out "
-                f"changes show the spread inside one sitting, not between leases")
+                f"changes show the spread inside one sitting, not between sittings")
     return (f"the {len(docs)} runs come from {distinct} sittings (boots and days): each run is held out with the "
             f"others of its sitting")
 

@@ -1,6 +1,6 @@
 """Noise by run, not by sample: each run's summary, the spread between runs, what follows.
 
-Samples inside one run share the process, the host, the lease and the hour; a rank test on
+Samples inside one run share the process, the host, the sitting and the hour; a rank test on
 them says whether this run differs from the baseline run, not whether it differs more than
 runs do (DESIGN §2). So a baseline keeps, beside its pooled samples, one summary per
 contributing run (median, within-run spread, when, commit, host identity), and:
@@ -13,8 +13,8 @@ contributing run (median, within-run spread, when, commit, host identity), and:
   1e-300, 1 and 1e29 made it 445 %); the verdict says when the cap applied;
 - the reference level is the median of the run medians, not of the pooled samples (a run
   with more samples must not weigh more), with the runs of one sitting (one boot on one day: one
-  lease of a lent machine) first taken as one, their median (a lease that ran twice must not weigh
-  twice);
+  job on a node booted for it) first taken as one, their median (a sitting that ran twice must not
+  weigh twice);
 - runs whose medians disagree beyond the tolerance (one would fail against another) are not
   pooled silently.
 
@@ -133,8 +133,8 @@ def between_run_spread(runs: Sequence[RunSummary], *, absolute: bool = False) ->
 
 
 def sitting_key(boot_id: str | None, when: str | None) -> str | None:
-    """A sitting: one boot on one (UTC) day. A lent machine boots fresh each lease, so there it is the
-    lease; a workstation up for a month is a new sitting each day. None without a boot id."""
+    """A sitting: one boot on one (UTC) day. A node booted fresh for each job makes each job a
+    sitting; a workstation up for a month is a new sitting each day. None without a boot id."""
     return f"{boot_id}@{(when or '')[:10]}" if boot_id else None
 
 

@@ -210,8 +210,8 @@ def _visible(gpu: dict[str, Any]) -> dict[str, Any]:
 
 def boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str | None:
     """This boot's id (Linux; None elsewhere). Runs that share it share a sitting: the machine, its
-    clocks' state, its neighbours and the hour. A lent GPU machine starts fresh each lease, so on it
-    the boot id names the lease (perfgate.judge.run_noise groups a sitting's runs)."""
+    clocks' state, its neighbours and the hour. A GPU node booted fresh for each job names that job's
+    sitting by its boot id (perfgate.judge.run_noise groups a sitting's runs)."""
     try:
         with open(path) as f:
             text = f.read().strip()

@@ -13,7 +13,7 @@ time of one product, so the injected share holds whatever the model and GPU.
 
 One product's time is measured QUEUED behind a device-side spin, so the span between the events is
 the products' own device time. Timed from an idle device instead, a small product measures the
-host's launch rate: on a 1xH200 lease (2026-12-04) ``serving_decode_slowdown:0.05`` timed 512 x 512
+host's launch rate: in a 1xH200 sitting (2026-12-04) ``serving_decode_slowdown:0.05`` timed 512 x 512
 products at about ten times their device time inside the busy vLLM worker, planted 5 of them
 (~0.03 ms, not the 0.27 ms asked for) and TPOT moved +0.5 %, not +5 %. The products are also never
 smaller than ``MIN_N`` (~25 us each on an H200), so even where the burn starts on an idle device

@@ -11,16 +11,16 @@
   measured separately (perfgate.workloads.device_time: the busy share of a profiled window of
   :data:`BUSY_BURSTS` bursts), never under the profiler while timing.
 - **Not the start.** A burst begins on an idle device, which waits for the host's first launch
-  (under the profiler ~0.5 ms on a lent H200, seen 2026-12-02): a once-per-burst latency, not a
+  (under the profiler ~0.5 ms on an H200, seen 2026-12-02): a once-per-burst latency, not a
   cost per call. Bursts and busy windows are long enough (:data:`BYTES_PER_SAMPLE`, tens of ms
   at HBM speed) that it is noise; with 2 ms bursts it read as a busy share of 0.76-0.84 for
   calls of 142 us whose timing reached 0.88 of the copy bandwidth.
 - **And without the launches.** Where one launch from Python costs more than the kernel (a
-  torch.compile call at 4096 tokens: 46-91 us a call for ~10 us of device work on a lent H200),
+  torch.compile call at 4096 tokens: 46-91 us a call for ~10 us of device work on an H200),
   the burst's span is the host's. :func:`graphed` captures one burst as a CUDA graph; its replay
   runs the same calls with no host launch between them, so that span is the kernels' own time
   (the figure a CUDA-graphed engine such as vLLM sees), beside the launched one.
-- **The ceiling of this lease.** :func:`copy_bandwidth` times a large device-to-device copy,
+- **The ceiling of this sitting.** :func:`copy_bandwidth` times a large device-to-device copy,
   counting bytes read plus bytes written, on the machine in hand: a kernel's bandwidth is judged
   as a fraction of it, not of a datasheet figure.
 

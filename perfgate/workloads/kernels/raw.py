@@ -12,7 +12,7 @@ from typing import Mapping
 
 @dataclass(frozen=True)
 class CopyProbe:
-    """A large device-to-device copy on this lease: the memory bandwidth a kernel is held against.
+    """A large device-to-device copy in this sitting: the memory bandwidth a kernel is held against.
 
     ``gbps``: one sample per round, (bytes read + bytes written) / time, in GB/s (1e9 bytes)."""
 
@@ -52,7 +52,7 @@ class ShapeRun:
 
 @dataclass(frozen=True)
 class KernelRaw:
-    """What a kernels case's reduce takes: its shape's run and the lease's copy bandwidth."""
+    """What a kernels case's reduce takes: its shape's run and the sitting's copy bandwidth."""
 
     shape: ShapeRun
     copy: CopyProbe

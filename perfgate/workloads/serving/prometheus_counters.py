@@ -111,8 +111,8 @@ class EngineTimes:
     it finishes, observes per-request histograms of (first token - first scheduled) ``prefill``, (first
     scheduled - queued) ``queue`` and the request's mean time per output token. A histogram's sum and
     count over a phase give the means. Unlike the client's TTFT (tokenization, HTTP, the client's
-    event loop, which step the prefill lands in: a host figure on the lent H200, +17 to +59 % between
-    leases), ``prefill_ms`` is the engine's time for the prefill step itself; a client starved of CPU
+    event loop, which step the prefill lands in: a host figure on the 1-GPU H200, +17 to +59 % between
+    sittings), ``prefill_ms`` is the engine's time for the prefill step itself; a client starved of CPU
     moves neither it nor ``tpot_ms``."""
 
     requests: int
