@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfgate.judge.metrics import MetricError, paired_ratio, paired_saving
+from perfgate.judge.metrics import DEPENDS_DEVICE, MetricError, paired_ratio, paired_saving
 from perfgate.workloads import collectives, kernels, offload, pipeline, serving, training
 from perfgate.workloads.area import Case, CheckFailed, Measured
 from perfgate.workloads.pipeline import records as pipeline_records
@@ -50,11 +50,23 @@ def test_collectives_reduce_takes_the_slowest_rank_and_checks_wrong_elements():
 
 
 def test_measured_forwards_every_record_keyword():
-    m = Measured("step_ms", (1.0, 2.0), "ms", "lower", tol=0.2, options={"device_busy": [0.5, 0.6]})
+    m = Measured("step_ms", (1.0, 2.0), "ms", "lower", tol=0.2, depends=DEPENDS_DEVICE, device_busy=0.5)
     assert m.record_kwargs() == {"name": "step_ms", "samples": [1.0, 2.0], "unit": "ms", "better": "lower",
-                                 "tol": 0.2, "device_busy": [0.5, 0.6]}
+                                 "tol": 0.2, "depends": "device", "device_busy": 0.5}
+    # left at None, a keyword is left out: the recorder's default (the unit's), as before the fields existed
+    assert Measured("n", [3], "count", "lower").record_kwargs() == {"name": "n", "samples": [3], "unit": "count",
+                                                                    "better": "lower"}
     with pytest.raises(ValueError, match="better must be"):
         Measured("x", [1.0], "x", "up")
+
+
+def test_measured_checks_depends_and_the_busy_share_as_the_reduce_builds_it():
+    """A misspelt ``depends`` or a busy share outside [0, 1] fails where the reduce makes the metric (its
+    unit tests), not in a perf run on the one machine class that records it."""
+    with pytest.raises(MetricError, match="metric 'peak_mib': depends must be one of nothing, family, id, device"):
+        Measured("peak_mib", [1.0], "MiB", "lower", depends="gpu")
+    with pytest.raises(MetricError, match="metric 'step_ms': device_busy is the share"):
+        Measured("step_ms", [1.0], "ms", "lower", device_busy=96)
 
 
 def test_megatron_tp_reduce_takes_the_slowest_step_and_largest_peak():

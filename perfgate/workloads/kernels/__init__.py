@@ -26,7 +26,7 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from perfgate.judge.metrics import paired_ratio
+from perfgate.judge.metrics import DEPENDS_DEVICE, DEPENDS_HOST, paired_ratio
 from perfgate.workloads.area import Area, Attached, Case, Measured, Record, check, finite
 from perfgate.workloads.device_time import DEVICE_BOUND
 from perfgate.workloads.kernels.raw import ImplRun, KernelRaw
@@ -141,7 +141,7 @@ def _graph_records(c: RMSNormCase, shape, case: Case) -> list[Record]:
         return []
     check(finite(own) and min(own) > 0, f"{case.id}: replayed graph times per call must be finite and positive, "
                                         f"got {list(own)}")
-    out: list[Record] = [Measured("graph_time_us", list(own), "us", "lower", options={"depends": "device"})]
+    out: list[Record] = [Measured("graph_time_us", list(own), "us", "lower", depends=DEPENDS_DEVICE)]
     if c.impl == "triton" and all(shape.impls[i].graph_time_us for i in ("eager", "compile")):
         out += [Measured(f"triton_over_{other}_graph", paired_ratio(list(own), list(shape.impls[other].graph_time_us)),
                          "x", "lower") for other in ("eager", "compile")]
@@ -172,13 +172,12 @@ def reduce(case: Case, raw: KernelRaw) -> list[Record]:
           f"{c.bytes_per_call / 2**20:.0f} MiB per call, {statistics.median(gbps):.0f} GB/s against a "
           f"{copy_gbps:.0f} GB/s copy: the timing measures the host (launches, Python), not the kernel. Is the "
           f"host loaded (perfgate's preflight), or does a call synchronise?")
-    timing = {"device_busy": busy}
-    out = [Measured("time_us", own.time_us, "us", "lower", options=timing),
-           Measured("bandwidth_gbps", gbps, "GB/s", "higher", options=timing),
+    out = [Measured("time_us", own.time_us, "us", "lower", device_busy=busy),
+           Measured("bandwidth_gbps", gbps, "GB/s", "higher", device_busy=busy),
            # Judged as a device figure where the device was busy >= 0.9 here and in the baseline
            # (perfgate.judge: depends "host" with a busy share); a host-bound shape says so.
            Measured("copy_bandwidth_fraction", [g / copy_gbps for g in gbps], "fraction", "higher",
-                    options={"depends": "host", **timing})]
+                    depends=DEPENDS_HOST, device_busy=busy)]
     if c.impl == "triton":
         out += [Measured("triton_over_eager", paired_ratio(own.time_us, shape.impls["eager"].time_us), "x", "lower"),
                 Measured("triton_over_compile", paired_ratio(own.time_us, shape.impls["compile"].time_us),

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfgate.judge.metrics import paired_ratio
+from perfgate.judge.metrics import DEPENDS_NOTHING, paired_ratio
 from perfgate.runcache import RunCache
-from perfgate.workloads.area import Area, Attached, Case, Measured, PerRank, Record, check
+from perfgate.workloads.area import Area, Attached, Case, Measured, PerRank, Record, check, cpu_ratio_depends
 from perfgate.workloads.moe.routing import REFERENCE
 from perfgate.workloads.moe.step import MoESpec
 
@@ -125,20 +125,20 @@ def reduce(case: Case, per_rank: PerRank[dict]) -> list[Record]:
     # to finish its experts waits for nobody, so its combine time is the transfer alone.
     wait_share = [sum(t - min(col) for t in col) / sum(col) for col in combine]
     load = [sum(r["received_per_local_expert"]) for r in ranks]
-    # A step ratio weighs the hot rank's extra expert compute against the all-to-all: on CPU (gloo) the
-    # host computes the experts at its ISA's speed, so the ratio is this id's alone (as serving.mix_ratio);
-    # the expert-time and load ratios compare like with like and keep the family fallback.
-    step_ratio = {"depends": "id"} if c.backend == "gloo" else {}
+    # A step ratio weighs the hot rank's extra expert compute against the all-to-all: on CPU the host
+    # computes the experts at its ISA's speed, so the ratio is this id's alone (area.cpu_ratio_depends, as
+    # serving's mix ratios); the expert-time and load ratios compare like with like and keep the family fallback.
+    step_ratio = cpu_ratio_depends(case)
     out = [
         Measured("step_ms", step_ms, "ms", "lower"),
         Measured("tokens_per_s", [spec.world * spec.tokens / (t / 1e3) for t in step_ms], "tok/s", "higher"),
         Measured("step_over_balanced", paired_ratio(step_ms, _slowest([r[REFERENCE] for r in per_rank], "step_ms")),
-                 "x", "lower", options=step_ratio),
+                 "x", "lower", depends=step_ratio),
     ]
     if d != "uniform":
         out.append(Measured("step_over_uniform", paired_ratio(step_ms, _slowest([r["uniform"] for r in per_rank],
                                                                                 "step_ms")), "x", "lower",
-                            options=step_ratio))
+                            depends=step_ratio))
     out += [
         Measured("expert_slowest_over_fastest", [max(col) / max(min(col), 1e-6) for col in expert], "x", "lower"),
         Measured("combine_wait_share", wait_share, "fraction", "lower"),
@@ -147,7 +147,7 @@ def reduce(case: Case, per_rank: PerRank[dict]) -> list[Record]:
         # like a count it has no tolerance: any change is the router doing something else (the planted hot
         # expert reads 1.002 -> 1.208 at 2 ranks, within the 35 % a timing ratio gets on CPU).
         Measured("rank_load_max_over_mean", [max(load) * len(load) / sum(load)], "x", "lower", tol=0.0,
-                 options={"depends": "nothing"}),
+                 depends=DEPENDS_NOTHING),
     ]
     out += [Measured(f"{phase}_rank{i}", r[f"{phase}_ms"], "ms", "lower")
             for phase in ("dispatch", "combine") for i, r in enumerate(ranks)]

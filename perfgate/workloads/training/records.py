@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import statistics
 import warnings
-from types import MappingProxyType
 from typing import Callable, Mapping
 
 from perfgate import mutations
-from perfgate.judge.metrics import paired_ratio
+from perfgate.judge.metrics import DEPENDS_DEVICE, paired_ratio
 from perfgate.workloads.area import Attached, Case, Measured, PerRank, Record, check
 from perfgate.workloads.training import plans
 from perfgate.workloads.training.anatomy import (MIB, count_collectives, ddp_allreduces_per_step, ddp_buckets,
@@ -49,43 +48,39 @@ def _finite(s: CaseSummary) -> None:
     check(s.finite_losses(), f"{s.label}: non-finite loss: {s.losses_by_rank}")
 
 
-# GPU memory depends on the GPUs and the software, not the host: judged across hosts (perfgate.judge).
-ON_DEVICE = MappingProxyType({"depends": "device"})
-
-
 def _throughput(s: CaseSummary) -> list[Record]:
     """tokens/s and slowest-rank step time per timed step; on GPUs the peak CUDA allocation, the
     device's busy time per step and its busy share. The timings carry the median busy share: at
     >= 0.9 (perfgate.workloads.device_time.DEVICE_BOUND) here and in the baseline they are judged
     as device figures across hosts; below it they are host-bound and the report says so."""
-    timing = MappingProxyType({"device_busy": statistics.median(s.device_busy_fraction)}
-                              if s.device_busy_fraction else {})
-    out = [Measured("tokens_per_s", s.tokens_per_s, "tok/s", "higher", options=timing),
-           Measured("step_ms", s.step_ms, "ms", "lower", options=timing)]  # slowest rank per step
+    busy = statistics.median(s.device_busy_fraction) if s.device_busy_fraction else None
+    out = [Measured("tokens_per_s", s.tokens_per_s, "tok/s", "higher", device_busy=busy),
+           Measured("step_ms", s.step_ms, "ms", "lower", device_busy=busy)]  # slowest rank per step
+    # GPU memory and device time depend on the GPUs and the software, not the host: judged across hosts
     if s.peak_alloc_gib:
-        out.append(Measured("peak_alloc_gib", s.peak_alloc_gib, "GiB", "lower", options=ON_DEVICE))
+        out.append(Measured("peak_alloc_gib", s.peak_alloc_gib, "GiB", "lower", depends=DEPENDS_DEVICE))
     if s.device_busy_fraction:  # GPU: does the step time measure the device? (workloads/device_time.py)
-        out += [Measured("device_ms", s.device_ms, "ms", "lower", options=ON_DEVICE),
+        out += [Measured("device_ms", s.device_ms, "ms", "lower", depends=DEPENDS_DEVICE),
                 Measured("device_busy_fraction", s.device_busy_fraction, "fraction", "higher")]
-    return out + _energy(s, timing)
+    return out + _energy(s, busy)
 
 
-def _energy(s: CaseSummary, timing) -> list[Record]:
+def _energy(s: CaseSummary, busy: float | None) -> list[Record]:
     """GPU: the joules all GPUs used per timed step and the tokens per joule (NVML's energy counter,
     perfgate.workloads.device_energy). A host-bound step's energy holds the device's idle power while
     the host catches up, so it carries the step's busy share as the timings do."""
     if not s.energy_j:
         return []
-    return [Measured("energy_j_per_step", s.energy_j, "J", "lower", options=timing),
-            Measured("tokens_per_j", s.tokens_per_j, "tok/J", "higher", options=timing)]
+    return [Measured("energy_j_per_step", s.energy_j, "J", "lower", device_busy=busy),
+            Measured("tokens_per_j", s.tokens_per_j, "tok/J", "higher", device_busy=busy)]
 
 
 def _tracked_memory(s: CaseSummary) -> list[Record]:
     """Tracker peak per step and its breakdown (params, grads, optimizer, activations, temp, other);
     on GPUs device memory (judged across hosts), on CPU the process's tensors."""
-    where = ON_DEVICE if s.peak_alloc_gib else MappingProxyType({})
-    return [Measured("tracked_peak_mib", s.tracked_peak_mib, "MiB", "lower", options=where)] + [
-        Measured(f"{name}_at_peak_mib", values, "MiB", "lower", options=where)
+    where = DEPENDS_DEVICE if s.peak_alloc_gib else None
+    return [Measured("tracked_peak_mib", s.tracked_peak_mib, "MiB", "lower", depends=where)] + [
+        Measured(f"{name}_at_peak_mib", values, "MiB", "lower", depends=where)
         for name, values in s.categories_mib.items()]
 
 
@@ -238,7 +233,7 @@ def fsdp_memory(case: Case, raw: TrainingRaw) -> list[Record]:
     # GPU without the tracker: the cuda allocator figures below still gate; say why the breakdown is missing
     out = _tracked_memory(cur) if tracked else [Attached("tracker_error", cur.tracker_error or ref.tracker_error)]
     if cur.peak_alloc_gib:
-        out.append(Measured("peak_alloc_gib", cur.peak_alloc_gib, "GiB", "lower", options=ON_DEVICE))
+        out.append(Measured("peak_alloc_gib", cur.peak_alloc_gib, "GiB", "lower", depends=DEPENDS_DEVICE))
     if c.label != ref.label:
         if tracked:
             out.append(Measured("mem_saving_vs_ddp_x", paired_ratio(ref.tracked_peak_mib, cur.tracked_peak_mib),
@@ -311,9 +306,9 @@ def fsdp_wrap(case: Case, raw: TrainingRaw) -> list[Record]:
     out: list[Record] = [Measured("all_gathers_per_step", [counts["all_gather"]], "count", "lower"),
                          Measured("reduce_scatters_per_step", [counts["reduce_scatter"]], "count", "lower")]
     if tracked:  # deterministic: the CPU gate; the MiB figures are device memory on GPUs
-        where = ON_DEVICE if block.peak_alloc_gib else MappingProxyType({})
-        out += [Measured("tracked_peak_mib", block.tracked_peak_mib, "MiB", "lower", options=where),
-                Measured("root_wrap_tracked_peak_mib", root.tracked_peak_mib, "MiB", "lower", options=where),
+        where = DEPENDS_DEVICE if block.peak_alloc_gib else None
+        out += [Measured("tracked_peak_mib", block.tracked_peak_mib, "MiB", "lower", depends=where),
+                Measured("root_wrap_tracked_peak_mib", root.tracked_peak_mib, "MiB", "lower", depends=where),
                 Measured("mem_block_over_root_x", paired_ratio(block.tracked_peak_mib, root.tracked_peak_mib),
                          "x", "lower")]
     if block.peak_alloc_gib and root.peak_alloc_gib:
