@@ -33,7 +33,7 @@ import threading  # noqa: E402
 from perfgate import interrupts  # noqa: E402
 
 COMMANDS = ("fingerprint", "refresh", "compare", "report", "calibrate", "import_baselines", "trends", "ab", "power",
-            "store", "verify_baselines")
+            "store", "verify_baselines", "serve")
 
 
 def _version() -> str:
