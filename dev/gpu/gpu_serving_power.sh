@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call's worth of a serving A/B power table on a lent GPU (docs/serving.md, "Detection power"):
-# two servers of the profile's dense model started once and attached to (scripts/attach_servers.py),
+# two servers of the profile's dense model started once and attached to (`perfgate serve start`),
 # `plain` and `planted` (PERFGATE_TEST_MUTATION=serving_decode_slowdown:SLOWDOWN, extra device work after
 # each decode forward), then `perfgate power` with A on plain and B on planted (its A = A runs on plain)
 # for what is left of LIMIT_S. A later call on the warm machine finds the servers up and goes on with
@@ -36,7 +36,7 @@ source dev/gpu/gpu_serving_env.sh || exit 1
 for name in plain planted; do
     knob=(); [ "$name" = planted ] && knob=("PERFGATE_TEST_MUTATION=serving_decode_slowdown:$SLOWDOWN")
     say "the $name server ${knob[*]}"
-    python3 scripts/attach_servers.py start "$SRV" "$name" "${knob[@]}" || exit 1
+    python3 -m perfgate serve start --dir "$SRV" --name "$name" --profile gpu "${knob[@]}" || exit 1
     say "$name server up at $(cat "$SRV/$name.url")"
 done
 
@@ -62,6 +62,6 @@ rc=$?
 tail -30 "$OUT/$RUN-power.log"
 grep -rh "test-only mutation" "$SRV/planted" > "$OUT/$RUN-burn.txt" 2>/dev/null
 cat "$OUT/$RUN-burn.txt"
-[ "${STOP:-0}" = 1 ] && python3 scripts/attach_servers.py stop "$SRV"
+[ "${STOP:-0}" = 1 ] && python3 -m perfgate serve stop --dir "$SRV"
 say "perfgate power rc=$rc"
 exit "$rc"
