@@ -195,7 +195,7 @@ def test_an_attached_servers_process_tree_is_ours_not_a_neighbours(monkeypatch, 
 
 STAND_IN_VLLM = r'''
 """`vllm serve` stand-in: its arguments, /health and /v1/models, engine processes, a real listener."""
-import json, os, subprocess, sys
+import json, os, subprocess, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 args = sys.argv[1:]
@@ -206,6 +206,8 @@ print("INFO stand-in vllm serve", " ".join(args), flush=True)
 if os.environ.get("STAND_IN_FAIL"):  # a start that fails as vLLM's does: a cause in the log, then exit 1
     print("(EngineCore) ERROR cannot write PCH file: No space left on device", flush=True)
     sys.exit(1)
+while os.environ.get("STAND_IN_HOLD") and not os.path.exists(os.environ["STAND_IN_HOLD"]):  # a slow start
+    time.sleep(0.1)
 pids = [os.getpid(), subprocess.Popen(["sleep", "600"]).pid,  # an engine core in its group
         subprocess.Popen(["sleep", "600"], start_new_session=True).pid]  # and one that left it
 open(os.environ["STAND_IN_PIDS"], "w").write(" ".join(map(str, pids)))
@@ -334,6 +336,31 @@ def test_two_starts_of_one_name_at_once_start_one_server(stand_in, tmp_path):
     finally:
         assert _serve("stop", "--dir", str(srv), env=stand_in).returncode == 0
     assert _gone(got[0]["holder_pid"]) and _port_free(got[0]["port"])
+
+
+def test_a_start_cut_short_by_a_time_limit_goes_on_and_one_called_off_stops(stand_in, tmp_path):
+    """SIGTERM (a job's time limit) ends `start` while its server is still starting: the server is detached
+    to outlive it, and the next `start` waits for it. Ctrl-C (SIGINT) calls the start off: nothing is left."""
+    import signal
+
+    srv = tmp_path / "srv"
+    argv = [sys.executable, "-m", "perfgate", "serve", "start", "--profile", "gpu", "--dir", str(srv),
+            f"STAND_IN_PIDS={tmp_path / 'pids'}", f"STAND_IN_HOLD={tmp_path / 'never'}"]
+
+    def cut_short(sig, first_line):
+        start = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stand_in)
+        assert first_line in start.stderr.readline()
+        start.send_signal(sig)
+        out, err = start.communicate(timeout=120)
+        return start.returncode, err
+
+    rc, err = cut_short(signal.SIGTERM, "perfgate serve: starting dense")
+    assert rc == 143 and "dense is still starting; `perfgate serve start` with the same arguments waits" in err
+    holder = int((srv / "dense.pid").read_text())
+    assert not _gone(holder) and '"state": "starting"' in _serve("status", "--dir", str(srv), "--json").stdout
+    rc, err = cut_short(signal.SIGINT, "dense is starting already: waiting")
+    assert rc == 130 and "dense: start interrupted; stopped" in err, err
+    assert _gone(holder) and not [p for p in srv.iterdir() if p.is_file()]
 
 
 def test_a_failed_start_says_why_and_leaves_nothing(stand_in, tmp_path):

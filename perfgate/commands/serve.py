@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 
@@ -120,7 +121,8 @@ def run_start(args: argparse.Namespace) -> int:
         begun = _begin(server, profile, memory, env, args.json)
     if isinstance(begun, int):
         return begun
-    return _wait_for(server, begun, PROFILES[profile].startup_timeout_s + 60, args.json)
+    return _wait_for(server, begun, PROFILES[profile].startup_timeout_s + 60, args.json,
+                     f"starting {name} ({profile} profile) in {root}; a start takes 70-200 s")
 
 
 def _begin(server: Server, profile: str, memory: float | None, env: dict[str, str], as_json: bool):
@@ -144,7 +146,6 @@ def _begin(server: Server, profile: str, memory: float | None, env: dict[str, st
             print(f"perfgate serve: {name}'s server at {server.url()} does not answer /health; "
                   f"`perfgate serve stop {name}`, then start it again", file=sys.stderr)
             return 1
-        print(f"perfgate serve: {name} is starting already: waiting for it", file=sys.stderr)
         return None
     if state != "absent":
         detached.stop(server)  # stale or died: end what is left of it by its recorded PIDs, forget it
@@ -152,9 +153,7 @@ def _begin(server: Server, profile: str, memory: float | None, env: dict[str, st
     # (building the CPU model's weights imports torch: a holder that built it kept 471 MB RSS, one that did
     # not 42 MB, for the server's whole life)
     detached.dense_server(PROFILES[profile], root / "models")
-    holder = detached.spawn(server, profile, memory, env, asked)
-    print(f"perfgate serve: starting {name} ({profile} profile) in {root}; a start takes 70-200 s", file=sys.stderr)
-    return holder
+    return detached.spawn(server, profile, memory, env, asked)
 
 
 def _holder_ended(server: Server, holder) -> bool:
@@ -162,12 +161,15 @@ def _holder_ended(server: Server, holder) -> bool:
     return holder.poll() is not None if holder is not None else server.holder() is None
 
 
-def _wait_for(server: Server, holder, timeout_s: float, as_json: bool) -> int:
-    """Until NAME.url (up) or NAME.error (failed) appears, or the holder is gone; a start that runs past
-    ``timeout_s`` or is interrupted is stopped, so no half-started server is left behind."""
+def _wait_for(server: Server, holder, timeout_s: float, as_json: bool, starting: str) -> int:
+    """Until NAME.url (up) or NAME.error (failed) appears, or the holder is gone. A start that runs past
+    ``timeout_s`` or is called off with Ctrl-C is stopped, so no half-started server is left behind; one
+    whose command gets SIGTERM (a job's time limit) goes on, for the next `start` to wait for."""
     t0 = time.monotonic()
     next_progress = t0 + PROGRESS_EVERY_S
     try:
+        print(f"perfgate serve: {starting if holder is not None else f'{server.name} is starting already: waiting'}",
+              file=sys.stderr)
         while True:
             if server.url() is not None and server.state() == "up":
                 return _report_up(server, as_json, already=False)
@@ -198,8 +200,15 @@ def _wait_for(server: Server, holder, timeout_s: float, as_json: bool) -> int:
                       file=sys.stderr)
                 next_progress = now + PROGRESS_EVERY_S
             time.sleep(0.5)
-    except KeyboardInterrupt:
-        detached.stop(server)  # a start cut short leaves nothing running
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "signum", signal.SIGINT) == signal.SIGTERM:
+            # a job's time limit ending this command: the server is detached so as to outlive it
+            print(f"perfgate serve: {server.name} is still starting; `perfgate serve start` with the same "
+                  f"arguments waits for it, `perfgate serve stop {server.name}` ends it", file=sys.stderr)
+            raise
+        detached.stop(server)  # Ctrl-C: the user called the start off; it leaves nothing running
+        if holder is not None and holder.poll() is None:
+            holder.kill()  # it had not recorded its PID yet
         print(f"perfgate serve: {server.name}: start interrupted; stopped", file=sys.stderr)
         raise
 
