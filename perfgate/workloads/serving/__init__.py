@@ -44,11 +44,16 @@ def cases(profile: ServingProfile) -> list[Case]:
     on the GPU profile the 2-GPU layouts (kind ``parallel``), which skip where there are fewer GPUs."""
     p = profile
     marks = ("cpu" if p.name == "cpu" else "1gpu", "vllm")
+
+    def marks_of(key: str) -> tuple[str, ...]:
+        return marks + ("slow",) if key in p.slow else marks
     out = [Case(f"{p.name}-C={c}", ServingCase(p, concurrency_workload(p, c), concurrency=c), marks,
                 kind="concurrency", skip=None if c in p.concurrency else
                 f"C={c} is not in the {p.name} profile's sweep {p.concurrency}") for c in CONCURRENCY_LEVELS]
-    out += [Case(f"{p.name}-{m}", ServingCase(p, decode_workload(p, m)), marks, kind="decode") for m in ("dense", "moe")]
-    out += [Case(p.name, ServingCase(p, build(p)), marks, kind=kind) for kind, build in _ONE_PER_PROFILE.items()]
+    out += [Case(f"{p.name}-{m}", ServingCase(p, decode_workload(p, m)), marks_of(f"decode-{m}"), kind="decode")
+            for m in ("dense", "moe")]
+    out += [Case(p.name, ServingCase(p, build(p)), marks_of(kind), kind=kind)
+            for kind, build in _ONE_PER_PROFILE.items()]
     if p.name == "gpu":
         for tp, dp, levels in PARALLEL_LAYOUTS:
             layout = ParallelServing(p, tp, dp, levels)

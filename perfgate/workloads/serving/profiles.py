@@ -102,6 +102,10 @@ class ServingProfile:
     # test alternating them every repetition so drift hits both; False: one at a time, every repetition on
     # one, then on the other (two servers of a large model do not fit one GPU)
     side_by_side: bool = True
+    # Cases (a test's kind, or decode-<model>) marked ``slow`` on this profile: on it they take minutes and
+    # gate nothing, so the test command (scripts/test.sh: -m "cpu and not slow") leaves them to the main
+    # job (scripts/perf.sh runs every case)
+    slow: tuple[str, ...] = ()
 
 
 CPU_PROFILE = ServingProfile(
@@ -137,6 +141,10 @@ CPU_PROFILE = ServingProfile(
     # measured 3 365 MiB (compiled) and 3 309 MiB (eager) on 2026-12-02, 4 processes each: the budget
     # catches a server that grows by ~80 % (another GiB of KV, a second copy of the weights)
     server_rss_budget_mib=6144.0,
+    # Every figure of these is recorded only on the CPU ids (absolute, or record-only in their
+    # tolerances.toml) and each costs minutes on 2 vCPUs: the MoE decode its own server start (93-202 s)
+    # for ~1 s of load, the rate sweep ~95 s, the cross-check ~70-90 s (docs/serving.md)
+    slow=("decode-moe", "poisson", "bench"),
 )
 
 GPU_PROFILE = ServingProfile(
