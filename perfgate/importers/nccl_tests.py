@@ -3,7 +3,8 @@
 Each ``*_perf`` table row becomes ``time_us`` and ``busbw_gbps`` of
 ``perf/collectives/test_collectives.py::test_<op>[nccl-<ranks>gpu-<size>]``: the same op,
 rank count and size (nccl-tests and perfgate's engine both count ``size`` as the largest
-buffer a rank sees and use the same bus-bandwidth factors, perfgate.workloads.collectives.ops).
+buffer a rank sees and use the same bus-bandwidth factors, perfgate.workloads.collectives.ops). Which
+binary is which op is each op's row (``OpDef.nccl_tests``), so a new op's row is all it takes.
 The out-of-place columns are taken. perfgate captures sizes up to ``graph_max_bytes`` in a
 CUDA graph and runs larger ones eagerly; a row is taken only from a run of the same kind
 (``graph: N`` in the header), so a graph-mode size never gets an eager baseline. Several
@@ -17,16 +18,13 @@ import re
 from pathlib import Path
 
 from perfgate.importers import Imported, ImportedNumber, ImportFormatError, finite, read_text
-from perfgate.workloads.collectives import GPU, OPS, size_label
-from perfgate.workloads.collectives.ops import CollectiveSpec
+from perfgate.workloads.collectives import GPU, size_label
+from perfgate.workloads.collectives.ops import OP_DEFS, CollectiveSpec
 
 TOOL = "nccl-tests"
 DEFAULT_PATHS: tuple[Path, ...] = ()
 TEST = "perf/collectives/test_collectives.py::test_{op}[nccl-{ranks}gpu-{size}]"
-GRAPH_MAX_BYTES = CollectiveSpec(op="all_reduce", sizes=(1,)).graph_max_bytes
-
-_OP_NAMES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-             "alltoall": "all_to_all", "sendrecv": "send_recv", "broadcast": "broadcast"}
+GRAPH_MAX_BYTES = CollectiveSpec.__dataclass_fields__["graph_max_bytes"].default
 _START = re.compile(r"^# Collective test starting: (\w+)_perf")
 _HEADER = re.compile(r"nGpus (\d+) .*graph: (\d+)")
 _RANK = re.compile(r"^#\s+Rank\s+\d+ ")
@@ -61,12 +59,14 @@ def read(paths: list[Path], hardware_id: str | None) -> Imported:
     out = Imported(TOOL)
     sizes = {size_label(s) for s in GPU.sizes}
     found = False
+    # each op's row names its nccl-tests binary (OpDef.nccl_tests): a new row is imported with no change here
+    ops_by_binary = {d.nccl_tests: op for op, d in OP_DEFS.items() if d.nccl_tests}
     for path in paths:
         name = Path(path).name
         for op_name, ranks, graph, rows in _blocks(read_text(path, TOOL)):
             found = True
-            op = _OP_NAMES.get(op_name)
-            if op is None or op not in OPS:
+            op = ops_by_binary.get(f"{op_name}_perf")
+            if op is None:
                 out.left_out.append((f"{name}: {op_name}_perf", "no perfgate collectives test for this op"))
                 continue
             if graph is None or ranks < 1:

@@ -15,7 +15,8 @@ Each rank reports its own time per sample; the time of a sample is the slowest r
 
 Correctness: after timing, every op runs once more on fresh, rank-specific data and the
 output is compared element by element with the expected result; ``wrong`` counts the
-mismatches on this rank (``reduce`` sums them; the test asserts the sum is 0).
+mismatches on this rank (``reduce`` sums them; the test asserts the sum is 0). A rank whose
+output the op leaves undefined (a reduce's non-root ranks: ``OpDef.root_only``) counts none.
 
 The in-run reference (``time_over_p2p``, gated on every machine): each timed call of the op
 is followed by one ring send/recv of the same bytes by the same ranks (``ref_us``), call by
@@ -47,9 +48,6 @@ from typing import Callable
 from perfgate import mutations
 from perfgate.workloads import timing
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
-
-
 @dataclass(frozen=True)
 class CollectiveSpec:
     op: str
@@ -62,8 +60,8 @@ class CollectiveSpec:
     graph_max_bytes: int = 1 << 20  # CUDA-graph capture for sizes up to this (GPU only)
 
     def __post_init__(self):
-        if self.op not in OPS:
-            raise ValueError(f"unknown collective {self.op!r}; known: {', '.join(OPS)}")
+        if self.op not in OP_DEFS:
+            raise ValueError(f"unknown collective {self.op!r}; known: {', '.join(OP_DEFS)}")
         if not self.sizes or any(s <= 0 for s in self.sizes):
             raise ValueError(f"sizes must be positive byte counts, got {self.sizes}")
         if self.samples < 1 or self.warmup < 0:
@@ -98,16 +96,35 @@ class SizeResult:
 
 @dataclass(frozen=True)
 class OpDef:
-    """Everything op-specific. ``n``: world size, ``elems``: elements of the size in bytes."""
+    """Everything op-specific, so adding an op is adding a row to :data:`OP_DEFS` (docs/adding-a-measurement.md):
+    the engine, the area, the mesh's step and the nccl-tests importer name no op, they read its row.
+    ``n``: world size (of the group), ``elems``: elements of the size in bytes."""
 
-    bus_factor: Callable[[int], float]
+    bus_factor: Callable[[int], float]       # busbw = algbw * bus_factor(n), as nccl-tests defines it per op
     input_elems: Callable[[int, int], int]   # (elems, n) -> elements in each rank's input
-    output_elems: Callable[[int, int], int]
+    output_elems: Callable[[int, int], int]  # 0: the op works in place and its result is the input buffer
     # (torch, inp, out, rank, n) -> expected output tensor, given inputs made by fill
     expected: Callable
     # (dist, inp, out, rank, n, group=None) -> None; rank and n are within ``group`` (None: the default group)
     call: Callable
-    divisible_by_world: bool = False
+    divisible_by_world: bool = False  # a size is rounded down to a multiple of n elements (each rank a chunk)
+    # Only rank 0 of the group holds a defined result (a reduce to root 0): the backend may use the other
+    # ranks' buffers as scratch (gloo leaves partial sums in them), so their outputs are not checked.
+    root_only: bool = False
+    # An in-place reduction feeds its result back as the next call's input (reset once per sample), so its
+    # values grow with every call: a cap on the calls of one sample keeps the small integers far from overflow.
+    max_iters: int | None = None
+    nccl_tests: str | None = None  # the nccl-tests binary of this op ("all_reduce_perf"): what the importer maps
+    dispatched_per_call: int = 1   # c10d operators one call reaches the dispatcher as (a ring exchange: 2)
+
+    def wrong(self, torch, init, inp, out, elems: int, rank: int, n: int) -> int:
+        """Mismatching elements of this rank's result after one call on ``init`` (``inp`` holds it, ``out`` is
+        the output buffer): 0 on a rank whose output the op leaves undefined (``root_only``)."""
+        if self.root_only and rank != 0:
+            return 0
+        out_elems = self.output_elems(elems, n)
+        got = out[:out_elems] if out_elems else inp
+        return int((got != self.expected(torch, init, got, rank, n)).sum().item())
 
 
 def fill(torch, elems: int, rank: int, device, dtype):
@@ -170,18 +187,23 @@ def _expected_all_to_all(torch, inp, out, rank, n):
 
 OP_DEFS: dict[str, OpDef] = {
     "all_reduce": OpDef(lambda n: 2 * (n - 1) / n, lambda e, n: e, lambda e, n: 0,
-                        lambda torch, i, o, r, n: _sum_expected(torch, i.numel(), n, i.device, i.dtype), _all_reduce),
+                        lambda torch, i, o, r, n: _sum_expected(torch, i.numel(), n, i.device, i.dtype), _all_reduce,
+                        max_iters=50, nccl_tests="all_reduce_perf"),
     "all_gather": OpDef(lambda n: (n - 1) / n, lambda e, n: e // n, lambda e, n: (e // n) * n,
-                        _expected_all_gather, _all_gather, divisible_by_world=True),
+                        _expected_all_gather, _all_gather, divisible_by_world=True, nccl_tests="all_gather_perf"),
     "reduce_scatter": OpDef(lambda n: (n - 1) / n, lambda e, n: (e // n) * n, lambda e, n: e // n,
-                            _expected_reduce_scatter, _reduce_scatter, divisible_by_world=True),
+                            _expected_reduce_scatter, _reduce_scatter, divisible_by_world=True,
+                            nccl_tests="reduce_scatter_perf"),
     "all_to_all": OpDef(lambda n: (n - 1) / n, lambda e, n: (e // n) * n, lambda e, n: (e // n) * n,
-                        _expected_all_to_all, _all_to_all, divisible_by_world=True),
+                        _expected_all_to_all, _all_to_all, divisible_by_world=True, nccl_tests="alltoall_perf"),
     "broadcast": OpDef(lambda n: 1.0, lambda e, n: e, lambda e, n: 0,
-                       lambda torch, i, o, r, n: fill(torch, i.numel(), 0, i.device, i.dtype), _broadcast),
+                       lambda torch, i, o, r, n: fill(torch, i.numel(), 0, i.device, i.dtype), _broadcast,
+                       nccl_tests="broadcast_perf"),
     "send_recv": OpDef(lambda n: 1.0, lambda e, n: e, lambda e, n: e,
-                       lambda torch, i, o, r, n: fill(torch, i.numel(), (r - 1) % n, i.device, i.dtype), _send_recv),
+                       lambda torch, i, o, r, n: fill(torch, i.numel(), (r - 1) % n, i.device, i.dtype), _send_recv,
+                       nccl_tests="sendrecv_perf", dispatched_per_call=2),
 }
+OPS = tuple(OP_DEFS)  # every op's name: a profile measures these unless it names its own
 
 
 def _slowdown() -> float:
@@ -239,8 +261,8 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
     est = torch.tensor([one], device=device, dtype=torch.float64)
     dist.all_reduce(est, op=dist.ReduceOp.MAX)
     iters = int(min(spec.max_iters, max(1, spec.target_sample_s / max(est.item(), 1e-7))))
-    if spec.op == "all_reduce":
-        iters = min(iters, 50)  # values grow by n each call; 50 keeps small ints far from overflow
+    if opdef.max_iters is not None:
+        iters = min(iters, opdef.max_iters)  # an in-place reduction's values grow each call (OpDef.max_iters)
     use_graph = device.type == "cuda" and size <= spec.graph_max_bytes
     body = lambda: [run_once() for _ in range(iters)]  # noqa: E731
     if use_graph:
@@ -257,10 +279,9 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
         body = graph.replay
         body()
         torch.cuda.synchronize()
-    res = SizeResult(size_bytes=elems * esize if spec.op != "all_gather" else out_elems * esize,
-                     count=in_elems, iters=iters, bus_factor=opdef.bus_factor(n), graph=use_graph)
-    if spec.op in ("all_gather", "reduce_scatter", "all_to_all"):
-        res.size_bytes = max(in_elems, out_elems) * esize
+    # nccl-tests' size: the largest buffer a rank sees (all_gather's output, reduce_scatter's input)
+    res = SizeResult(size_bytes=max(in_elems, out_elems) * esize, count=in_elems, iters=iters,
+                     bus_factor=opdef.bus_factor(n), graph=use_graph)
     ref_in = fill(torch, max(res.size_bytes // esize, 1), rank, device, dtype)
     ref_out = torch.empty_like(ref_in)
     ref_once = lambda: _send_recv(dist, ref_in, ref_out, rank, n)  # noqa: E731
@@ -294,9 +315,7 @@ def _measure_size(torch, dist, ctx, spec: CollectiveSpec, opdef: OpDef, size: in
     opdef.call(dist, inp, out, rank, n)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    got = out[:out_elems] if out_elems else inp
-    expected = opdef.expected(torch, init, got, rank, n)
-    res.wrong = int((got != expected).sum().item())
+    res.wrong = opdef.wrong(torch, init, inp, out, elems, rank, n)
     return res
 
 

@@ -15,11 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfgate.workloads.collectives.ops import OP_DEFS
 from perfgate.workloads.mesh.layout import MeshLayout
 
-# c10d operators one call of each collective reaches the dispatcher as, and the buffer each one is
-# counted with (call_log: the largest it is handed): a ring exchange is a send and a receive.
-DISPATCHED_PER_CALL = {"all_reduce": 1, "send_recv": 2}
 MIX_DIMS = ("tp", "pp", "dp")  # the dimensions a mix has rows for, in the order a step runs them
 _ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -36,7 +34,9 @@ class PhaseRow:
 
     @property
     def dispatched_calls(self) -> int:
-        return self.calls_per_step * DISPATCHED_PER_CALL[self.op]
+        """c10d operators the dispatcher sees (call_log counts each with the largest buffer it is handed):
+        the op's row says how many one call is (OpDef.dispatched_per_call: a ring exchange is a send and a receive)."""
+        return self.calls_per_step * OP_DEFS[self.op].dispatched_per_call
 
     @property
     def dispatched_bytes(self) -> int:
