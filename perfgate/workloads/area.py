@@ -151,6 +151,15 @@ def cpu_ratio_depends(case: Case) -> str | None:
 
 
 @dataclass(frozen=True)
+class Row:
+    """One test of an area whose tests measure differently (serving, offload): how its case is measured and
+    how the result becomes records. The area's ``measure`` and ``reduce`` look the row up by the case's kind."""
+
+    measure: Callable[[Any, Case], Any]
+    reduce: Callable[[Case, Any], list[Record]]
+
+
+@dataclass(frozen=True)
 class Area(Generic[ProfileT, UsingT, RawT]):
     """The contract of one measurement family; see the module docstring."""
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 import numpy as np
 
 from perfgate.judge.metrics import paired_ratio
-from perfgate.workloads.area import Attached, Case, Measured, Record, check
+from perfgate.workloads.area import Attached, Case, Measured, Record, Row, check
 from perfgate.workloads.offload.profiles import GROUP, MARKS, SSD, Profile
 
 if TYPE_CHECKING:
@@ -427,12 +427,6 @@ def fio_reduce(case: Case, raw: dict) -> list[Record]:
 
 
 # ---- the table -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Row:
-    measure: Callable[[Any, Case], Any]
-    reduce: Callable[[Case, Any], list[Record]]
-
 
 ROWS: dict[str, Row] = {
     "expert_read": Row(read_measure, read_reduce),

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from perfgate.judge.metrics import DEPENDS_DEVICE, paired_ratio
 from perfgate.machine import gpu_busy
-from perfgate.workloads.area import Attached, Case, Measured, Record, check, cpu_ratio_depends
+from perfgate.workloads.area import Attached, Case, Measured, Record, Row, check, cpu_ratio_depends
 from perfgate.workloads.serving.profiles import ParallelServing, ServingProfile
 from perfgate.workloads.serving.serving_metrics import ServingSummary, Slo, highest_rate_meeting_slo, summarize_run
 from perfgate.workloads.serving.starvation import AllStarved, skip_reason, starved
@@ -634,14 +634,6 @@ def external_reduce(case: Case, result) -> list[Record]:
 def drive_case(source: Any, case: Case) -> ServingRuns:
     """The driver over the case's workload (every row but the external commands)."""
     return drive(source, case.values.profile, case.values.workload)
-
-
-@dataclass(frozen=True)
-class Row:
-    """One serving measurement: how its case is measured, and how the result becomes records."""
-
-    measure: Callable[[Any, Case], Any]
-    reduce: Callable[[Case, Any], list[Record]]
 
 
 ROWS: dict[str, Row] = {
