@@ -171,6 +171,27 @@ def test_verify_finds_a_run_median_edited_in_the_baseline(verified, capsys):
     assert code == 1 and re.search(r"b\.json\.gz: median 10\.5 in the baseline, 10\.1 from the file", out), out
 
 
+def test_verify_takes_a_run_median_as_the_writer_keeps_it_or_exact_and_no_other(project, capsys):
+    """A baseline written since issue 51 keeps a run's median to PRECISION digits (stored_entry), one written
+    before keeps it exactly: verify-baselines re-derives the median and takes either, and a baseline whose
+    kept median differs in its last digit is still caught."""
+    root, *_, store = project
+    c = results_file(root / "c.json", "2026-01-03T00:00:00+00:00", [10.123456789, 10.2, 9.8], commit="c3")
+    assert main(["refresh", str(c), "--root", str(root), "--baselines", str(root / "baselines"), "--yes"]) == 0
+    assert main(["store", "add", str(c), "--digest", "--store", str(store)]) == 0
+    baseline = root / "baselines" / HW / "a.json"
+    doc = json.loads(baseline.read_text())
+    run = doc["entries"][TEST]["bw"]["runs"][0]
+    assert run["median"] == 10.12346 and doc["entries"][TEST]["bw"]["summary"]["median"] == 10.12346
+    capsys.readouterr()
+    for median, code in ((10.12346, 0), (10.123456789, 0), (10.12347, 1), (10.123457, 1)):
+        run["median"] = median
+        baseline.write_text(json.dumps(doc))
+        got, out = _verified(root, store, capsys)
+        assert got == code, (median, out)
+    assert "median 10.123457 in the baseline, 10.123456789 from the file" in out, out
+
+
 @pytest.mark.parametrize("name", ["/tmp/pool3/a/b.json", f"{HW}/../../a.json", "a.json"])
 def test_verify_names_a_run_reference_that_is_not_a_store_name(verified, capsys, name):
     """A machine path, or a name that climbs out of the store, is reported, never opened."""

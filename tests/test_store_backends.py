@@ -143,6 +143,43 @@ def test_a_digest_stands_for_its_run_until_the_run_comes(spec):
         assert len(store.metric_rows()) == 1
 
 
+def test_a_digest_keeps_what_verify_baselines_and_a_trend_read_and_the_old_one_is_still_read():
+    """Schema 2 (issue 51: what a refresh adds to git): no MAD, no baseline, tolerance and IQR to DIGEST_DIGITS,
+    the stored samples' median only where it is not the median; schema 1 digests (committed before) are read, and
+    digest_of(..., schema=1) still makes their bytes. Both give verify-baselines the same median and n."""
+    doc = results_doc(3)
+    doc["results"][0]["summary"]["iqr"] = 0.123456789
+    doc["results"][0]["tol"] = 0.0523456789
+    doc["results"][0]["baseline"] = {"median": 12.5, "mad": 0.3, "provenance": "measured, pooled over 3 runs"}
+    first = dict(doc["results"][0], metric="first_200", summary=dict(doc["results"][0]["summary"], n=900,
+                                                                       median=12.0))  # stored before issue 47
+    doc["results"].append(first)
+    raw = raw_of(doc)
+    sha = documents.sha256_of(raw)
+    two, one = documents.digest_of(doc, sha), documents.digest_of(doc, sha, schema=1)
+    r, old = json.loads(two)["results"], json.loads(one)["results"]
+
+    def old_tol(data: bytes) -> float:
+        return json.loads(data)["results"][0]["tol"]
+    assert json.loads(two)["schema_version"] == 2 and json.loads(one)["schema_version"] == 1
+    assert r[0]["summary"] == {"median": 13.0, "iqr": 0.1235, "n": 5, "stored": 5} and "baseline" not in r[0]
+    assert r[0]["tol"] == 0.05235 and old_tol(one) == 0.0523456789
+    assert r[1]["summary"]["samples"] == [13.0] and r[0]["verdict"] == {"outcome": "pass"}
+    assert old[0]["summary"]["mad"] == 0.1 and old[0]["baseline"]["median"] == 12.5
+    assert len(two) < len(one)
+    for data in (two, one):
+        parsed = documents.parse(data, "digest")
+        assert [(x["summary"]["median"], x["summary"]["samples"], documents.stored_count(x["summary"]))
+                for x in parsed["results"]] == [(13.0, [13.0], 5), (12.0, [13.0], 5)]
+    entry = documents.entry_of(json.loads(two), sha, f"{HW}/r.json.gz")
+    rows = documents.metric_rows(documents.parse(two, "d"), entry)
+    assert [(x.metric, x.median, x.baseline_median) for x in rows] == [("busbw_gbps", 13.0, None),
+                                                                       ("first_200", 12.0, None)]
+    assert [x.q3 - x.q1 for x in rows] == pytest.approx([0.1235, 0.1235])   # a trend's band from the IQR kept
+    with pytest.raises(StoreError, match="no digest schema 3"):
+        documents.digest_of(doc, sha, schema=3)
+
+
 WRITER = textwrap.dedent("""
     import sys, time, json
     import sqlalchemy as sa

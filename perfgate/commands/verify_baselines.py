@@ -3,8 +3,9 @@
 A baseline entry pooled from runs keeps one summary per run, each naming its results file by store
 name and sha256 (perfgate.store.run_store). This command finds each run in a results store (any backend:
 perfgate.store.backends; a code tree's digests of its runs serve as well as the runs), checks its hash,
-and recomputes that test and metric's median and sample count from it, as `perfgate refresh` did: a
-baseline edited by hand, a results file changed after the fact, or one missing from the store are
+and recomputes that test and metric's median and sample count from it, as `perfgate refresh` did (the
+median exact, or to the digits a baseline written since 2026-12-07 keeps: perfgate.store.baselines.kept_median):
+a baseline edited by hand, a results file changed after the fact, or one missing from the store are
 reported, and any of them exits 1. Every front door that writes baselines from runs names them by hash
 (`pytest --perf-refresh` and `calibrate --write` push their sessions' runs to the store first); a run
 summary without a hash (written before they did) is counted as not checkable, never passed off as checked.
@@ -22,7 +23,7 @@ from perfgate.store.settings import load_settings
 from perfgate.commands.store import add_store_option
 from perfgate.report import json_output
 from perfgate.store.backends import ResultsStore, StoreError, documents, open_store
-from perfgate.store.baselines import BaselineStore
+from perfgate.store.baselines import BaselineStore, kept_median
 from perfgate.store.readers import Checker
 
 SHOWN = 50  # problems listed one per line; the rest are counted
@@ -98,7 +99,8 @@ def _problem(runs: _Runs, run: dict, test: str, metric: str) -> str | None:
             ("median", run["median"], again.median), ("n", run["n"], again.n),
             ("when", run.get("when", doc.get("created")), doc.get("created")),
             ("commit", run.get("commit", doc.get("commit")), doc.get("commit")))
-            if mine != theirs and not (what == "median" and math.isclose(mine, theirs, rel_tol=1e-12))]
+            if mine != theirs and not (what == "median" and (math.isclose(mine, theirs, rel_tol=1e-12)
+                                                             or mine == kept_median(theirs)))]
         if not differs:
             return None
         problems.append(differs)

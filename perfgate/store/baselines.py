@@ -13,8 +13,9 @@ the fix, never a traceback.
 How a file is laid out (:func:`baseline_bytes`) is chosen for what a refresh adds to a git repository:
 one line per (test id, metric) entry, tests and metrics sorted, each entry's fixed fields (unit,
 direction, software...) before the ones a refresh changes, so an entry a refresh leaves alone stays the
-same bytes and git stores a partial refresh as a small delta; and a new entry keeps its samples and
-spread figures to PRECISION significant digits (:func:`stored_entry`). Any JSON layout is read.
+same bytes and git stores a partial refresh as a small delta; and a new entry keeps no more digits than
+its own noise resolves (:func:`stored_entry`). Any JSON layout is read, and a summary figure a file leaves
+out is computed again from the samples it keeps (:func:`full_summary`).
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from perfgate.store import locks
 from perfgate.store.atomic import read_in, replace_in
 from perfgate.machine.hardware_id import HardwareIdError, check_hardware_id
@@ -37,11 +40,18 @@ from perfgate.store.safe_paths import PathError, check_area, inside_root, writab
 from perfgate.store.shapes import check_baseline_document, check_schema
 
 SCHEMA_VERSION = 2  # 2: entries may carry `runs` (one summary per contributing run)
-# significant digits a new entry keeps of its samples and spread figures (samples, MAD, IQR, min, max, mean,
-# each run's spread): a float32's precision, a relative step below 1e-6, four orders of magnitude under the
-# smallest tolerance a gate uses. Medians, counts and tolerances are kept as computed: verify-baselines
-# re-derives each run's median exactly. 17 digits of timer noise were ~40 % of what a refresh added to git.
+# significant digits a new entry keeps at most of any figure but its counts and tolerance (medians, run medians
+# and spreads, the summary figures it keeps): a float32's precision, a relative step below 1e-6, four orders of
+# magnitude under the smallest tolerance a gate uses (verify-baselines re-derives a run's median and keeps it as
+# the writer does: kept_median). 17 digits of timer noise were ~40 % of what a refresh added to git.
 PRECISION = 7
+# a new entry's samples keep the decimal place SAMPLE_PLACES below the leading digit of the noise of its quietest
+# run (see stored_entry): each moves by at most 1/200 of that noise, far inside what a rank test weighs, and never
+# so far that distinct samples become equal
+SAMPLE_PLACES = 2
+_MOST_DIGITS = 17  # a double's: samples 1e-9 apart keep as many digits as tell them apart
+# summary figures the stored samples give again where they are all the samples taken (full_summary)
+_DERIVED = ("mad", "iqr", "min", "max", "mean")
 # an entry's fields that a refresh rarely changes, written first (the rest follow in BaselineEntry.to_dict's order)
 _FIXED_FIELDS = ("unit", "better", "depends", "device_busy", "workload", "software", "fingerprint_key", "source")
 READABLE_SCHEMAS = (1, 2)
@@ -52,27 +62,105 @@ class BaselineError(ReadError):
     """A baseline file is unreadable or of the wrong schema; the message names the file."""
 
 
-def _kept(x: Any) -> Any:
-    return float(f"{x:.{PRECISION}g}") if isinstance(x, float) and math.isfinite(x) else x
+def _kept(x: Any, digits: int = PRECISION) -> Any:
+    return float(f"{x:.{digits}g}") if isinstance(x, float) and math.isfinite(x) else x
+
+
+def kept_median(median: float) -> float:
+    """A run's median as a new entry keeps it (PRECISION significant digits): what verify-baselines compares
+    a re-derived median with, beside the exact value that entries written before 2026-12-07 keep."""
+    return _kept(float(median))
+
+
+def _sample_digits(x: float, place: int, least: int = 1) -> int:
+    """Significant digits (``least`` or more) that keep ``x`` to the decimal place ``place`` (10 ** place)."""
+    if x == 0:
+        return PRECISION
+    return max(least, min(_MOST_DIGITS, math.floor(math.log10(abs(x))) - place + 1))
+
+
+def _kept_samples(samples: list[float], noise: float, least: int) -> list[float]:
+    """``samples`` to the decimal place SAMPLE_PLACES below ``noise``'s leading digit, and the samples that would
+    then equal a different one to a finer place, one digit at a time, until none does: the judge's rank test
+    takes tied samples another way (scipy's Mann-Whitney U leaves its exact p for the normal approximation),
+    so no tie is made that was not there. The order stays: samples that met at a value v lie within half a
+    step of it, where every other sample keeps its distance."""
+    if noise <= 0 or not math.isfinite(noise):
+        return [_kept(x) for x in samples]
+    places = [math.floor(math.log10(noise)) - SAMPLE_PLACES] * len(samples)
+    while True:
+        kept = [_kept(x, _sample_digits(x, place, least)) for x, place in zip(samples, places)]
+        met: dict[float, set[float]] = {}
+        for x, k in zip(samples, kept):
+            met.setdefault(k, set()).add(x)
+        tied = {k for k, xs in met.items() if len(xs) > 1}
+        if not tied:
+            return kept
+        places = [place - 1 if k in tied and place > -400 else place for k, place in zip(kept, places)]
+
+
+def _noise(entry: dict, samples: list[float]) -> tuple[float, int]:
+    """The finest noise among an entry's samples and the fewest significant digits to keep: the smallest robust
+    spread (1.4826 x MAD) of its runs, in the metric's unit, at most the samples' IQR (their range where the
+    IQR is 0), and 1 digit; where no run has a spread, that IQR or range and PRECISION digits. Never the
+    pooled samples' IQR alone: runs of two sittings 380 and 158 us apart have an IQR of 200 us and a noise of
+    0.3 us within each."""
+    spreads = []
+    for r in entry.get("runs") or ():
+        spread, median = r.get("spread"), r.get("median")
+        if isinstance(spread, (int, float)) and isinstance(median, (int, float)) and spread > 0:
+            spreads.append(spread if entry.get("unit") == "fraction" else spread * abs(median))
+    q1, q3 = np.percentile(samples, [25, 75])
+    bound = float(q3 - q1) or max(samples) - min(samples)
+    return (min(min(spreads), bound), 1) if spreads else (bound, PRECISION)
 
 
 def stored_entry(entry: dict) -> dict:
-    """A new measured entry as the file keeps it: its samples, MAD, IQR, min, max, mean and each run's spread
-    to PRECISION significant digits (rounding is monotonic: min <= every sample <= max still holds); its
-    median, n, tolerance and each run's median and n exactly as computed. An imported entry keeps the
-    numbers the other tool reported, as reported (a few per metric)."""
+    """A new measured entry as the file keeps it, with no more digits than its noise resolves:
+
+    - each sample to the decimal place SAMPLE_PLACES below the leading digit of its noise (:func:`_noise`:
+      its quietest run's, never more than the samples' IQR or range; at least PRECISION significant digits
+      where no run has a spread, PRECISION where all are equal): a sample moves by at most 1/200 of the
+      noise; finer where that would make two different samples equal (:func:`_kept_samples`): rounding to
+      one decimal place is monotonic, so the samples keep their order, their ties and no more;
+    - its median and each run's median and spread to PRECISION digits; n, the tolerance and the run
+      fields (when, commit, file, sha256) exactly;
+    - MAD, IQR, min, max and mean left out where the samples are all the samples taken (n of them): they are
+      the samples' own (full_summary); kept, to PRECISION digits, where the samples are quantiles of more.
+
+    An imported entry keeps the numbers the other tool reported, as reported (a few per metric)."""
     if not str(entry.get("provenance", "measured")).startswith("measured"):
         return entry
     out = dict(entry)
     summary = dict(out["summary"])
-    summary["samples"] = [_kept(x) for x in summary.get("samples") or ()]
-    for key in ("mad", "iqr", "min", "max", "mean"):
+    samples = [float(x) for x in summary.get("samples") or ()]
+    if samples:
+        summary["samples"] = _kept_samples(samples, *_noise(entry, samples))
+    summary["median"] = _kept(summary["median"])
+    every = len(samples) == summary.get("n", len(samples))
+    for key in _DERIVED:
         if key in summary:
-            summary[key] = _kept(summary[key])
+            if every and samples:
+                del summary[key]
+            else:
+                summary[key] = _kept(summary[key])
     out["summary"] = summary
     if out.get("runs"):
-        out["runs"] = [r | ({"spread": _kept(r["spread"])} if "spread" in r else {}) for r in out["runs"]]
+        out["runs"] = [r | {k: _kept(r[k]) for k in ("median", "spread") if k in r} for r in out["runs"]]
     return out
+
+
+def full_summary(summary: dict) -> dict:
+    """A stored summary with the figures a file left out (stored_entry) computed again from its samples, which
+    are then every sample taken; a summary that holds them, or whose samples are quantiles of more, as it is."""
+    samples = summary.get("samples") or ()
+    missing = [k for k in _DERIVED if k not in summary]
+    if not missing or not samples or len(samples) != summary.get("n", len(samples)):
+        return summary
+    from perfgate.judge.metrics import summarize
+
+    again = summarize(samples).to_dict()
+    return summary | {k: again[k] for k in missing}
 
 
 def _ordered(entry: dict) -> dict:
@@ -226,7 +314,8 @@ class BaselineStore:
         path = self.path(hardware_id, area)
         doc = self._read(path)
         try:
-            return {test: {m: BaselineEntry.from_dict(e) for m, e in metrics.items()}
+            return {test: {m: BaselineEntry.from_dict(e | {"summary": full_summary(e["summary"])})
+                           for m, e in metrics.items()}
                     for test, metrics in doc.get("entries", {}).items()}
         except (KeyError, TypeError, ValueError) as exc:
             raise BaselineError(f"{path}: malformed entry ({exc!r}); restore it from git or re-run "

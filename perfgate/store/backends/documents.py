@@ -5,9 +5,11 @@ run's uncompressed JSON bytes, whichever store it sits in:
 
 - a **run**: the results document ``pytest --perf-save`` wrote, byte for byte (gzipped at rest);
 - a **digest** of a run: what `perfgate verify-baselines` needs to re-derive a baseline's run summary
-  (each result's test id, metric, unit, direction, tolerance, summary -- median, MAD, IQR, n and the
-  count of stored samples --, taint and outcome) and no samples, raw attachments, fingerprint or verdict
-  text. A code tree keeps digests of the runs its
+  (each result's test id, metric, unit, direction, tolerance and IQR to DIGEST_DIGITS significant digits,
+  median, n and the count of stored samples, taint and outcome) and no samples, raw attachments,
+  fingerprint, baseline or verdict text (schema 1, digests made before 2026-12-07, also kept the MAD,
+  the tolerance and IQR exactly and the baseline's median and provenance; both are read, and
+  ``digest_of(..., schema=1)`` still makes the old bytes). A code tree keeps digests of the runs its
   baselines pool (results-store/ in this repository: ~25 x smaller than the runs); the runs themselves
   live in a store outside it. A digest names its run's hash (``run_sha256``); it cannot prove it, but a
   store holding the run can (:func:`digest_of` is deterministic: the same run gives the same bytes).
@@ -42,7 +44,11 @@ from perfgate.store.shapes import check_results_document, check_schema
 
 RESULTS_KIND = "perfgate-results"   # perfgate.store.results.KIND, the document `--perf-save` writes
 DIGEST_KIND = "perfgate-run-digest"
-DIGEST_SCHEMA = 1
+DIGEST_SCHEMA = 2   # 2: no MAD, no baseline, tolerance and IQR to DIGEST_DIGITS, ``samples`` only where not [median]
+DIGEST_SCHEMAS = (1, 2)
+# significant digits a digest (schema 2) keeps of a result's tolerance and IQR: what a trend drawn from digests
+# shows around the median (the run, in a store, has them exactly); nothing re-derives them
+DIGEST_DIGITS = 4
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # the result fields a digest keeps: everything verify-baselines and a trend read, nothing raw
 _DIGEST_FIELDS = ("test_id", "area", "metric", "unit", "better", "tol", "gated", "summary", "tainted")
@@ -149,9 +155,14 @@ def parse(raw: bytes, where: str) -> dict:
     if _nesting(doc) > MAX_NESTING:
         raise StoreError(f"{where}: nested deeper than {MAX_NESTING} levels; {fix}")
     digest = doc["kind"] == DIGEST_KIND
-    check_schema(where, doc.get("schema_version"), (DIGEST_SCHEMA,) if digest else (1,),
+    check_schema(where, doc.get("schema_version"), DIGEST_SCHEMAS if digest else (1,),
                  what="digest " if digest else "results ", fix=fix, error=StoreError)
     c = Checker(where, fix=fix, error=StoreError)
+    if digest and doc["schema_version"] >= 2:  # a summary without ``samples``: its stored samples' median is its own
+        for i, r in enumerate(c.list(doc.get("results"), "results", optional=True)):
+            summary = c.table(c.table(r, f"results[{i}]").get("summary"), f"results[{i}].summary")
+            if "samples" not in summary:
+                summary["samples"] = [summary.get("median")]
     check_results_document(c, doc)
     if digest and not (isinstance(doc.get("run_sha256"), str) and SHA256.fullmatch(doc["run_sha256"])):
         c.fail("run_sha256", "must be the run's sha256 (64 lowercase hex digits)")
@@ -161,23 +172,28 @@ def parse(raw: bytes, where: str) -> dict:
     return doc
 
 
-def digest_of(doc: dict, sha256: str) -> bytes:
+def digest_of(doc: dict, sha256: str, *, schema: int = DIGEST_SCHEMA) -> bytes:
     """The digest of a results document whose uncompressed bytes hash to ``sha256``: deterministic bytes
-    (same run, same digest), each result reduced to what verify-baselines and a trend read."""
+    (same run, same digest), each result reduced to what verify-baselines and a trend read. ``schema`` 1
+    makes a digest as it was made before 2026-12-07 (to check a committed one against its run)."""
     if doc.get("kind") == DIGEST_KIND:
         raise StoreError(f"run {sha256[:12]}: already a digest; a digest is made from the run itself")
+    if schema not in DIGEST_SCHEMAS:
+        raise StoreError(f"run {sha256[:12]}: no digest schema {schema!r} (known: {DIGEST_SCHEMAS})")
     results = []
     for r in doc.get("results") or []:
         kept = {k: r[k] for k in _DIGEST_FIELDS if k in r}
-        kept["summary"] = _digest_summary(r["summary"])
+        kept["summary"] = _digest_summary(r["summary"]) if schema == 1 else _lean_summary(r["summary"])
+        if schema >= 2 and isinstance(kept.get("tol"), float):
+            kept["tol"] = float(f"{kept['tol']:.{DIGEST_DIGITS}g}")
         outcome = (r.get("verdict") or {}).get("outcome")
         if outcome is not None:
             kept["verdict"] = {"outcome": outcome}
         base = r.get("baseline") or {}
-        if base.get("median") is not None:
+        if schema == 1 and base.get("median") is not None:
             kept["baseline"] = {"median": base["median"], "provenance": base.get("provenance")}
         results.append(kept)
-    digest = {"kind": DIGEST_KIND, "schema_version": DIGEST_SCHEMA, "run_sha256": sha256,
+    digest = {"kind": DIGEST_KIND, "schema_version": schema, "run_sha256": sha256,
               "hardware_id": doc["hardware_id"], "created": doc.get("created"), "commit": doc.get("commit"),
               "interrupted": bool(doc.get("interrupted")), "results": results}
     return json.dumps(digest, separators=(",", ":"), allow_nan=False).encode()
@@ -194,6 +210,21 @@ def _digest_summary(summary: dict) -> dict:
     kept = {k: summary[k] for k in ("median", "mad", "iqr", "n") if k in summary}
     # the median of the stored samples: a run stored before issue 47 kept its first 200 of more
     return kept | {"stored": len(stored), "samples": [float(np.median(np.asarray(stored, dtype=float)))]}
+
+
+def _lean_summary(summary: dict) -> dict:
+    """A metric's summary as a digest of schema 2 keeps it: the median and n as recorded, the IQR to DIGEST_DIGITS
+    significant digits, the count of the samples the run stored (``stored``), and their median (``samples``)
+    only where it is not the median itself (a run stored before issue 47: its first 200 samples of more).
+    What verify-baselines re-derives is all there, as in schema 1; the MAD, the exact IQR and the baseline's
+    median and provenance (a copy of a committed baseline) were ~45 % of a schema 1 digest's bytes."""
+    kept = _digest_summary(summary)
+    kept.pop("mad", None)
+    if "iqr" in kept:
+        kept["iqr"] = float(f"{kept['iqr']:.{DIGEST_DIGITS}g}")
+    if kept["samples"] == [kept["median"]]:
+        del kept["samples"]
+    return kept
 
 
 def stored_count(summary: dict) -> int:
