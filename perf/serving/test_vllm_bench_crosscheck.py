@@ -11,7 +11,7 @@ Per round we compare medians; the median over rounds of ours/bench must lie with
 profile's ``bench_bounds`` (perfgate.workloads.serving.BenchBounds): on GPU ITL and E2EL 5 % each.
 The GPU's TTFT and TPOT were bounded too (10 %, 5 %) while the served model was the host-bound 1.1 B
 one; on the 7.24 B model the same C=16 read TTFT ours/bench 0.795 and TPOT 1.067 with E2EL 0.990 and
-ITL 1.001 (2026-12-02, results-store/1xH200/serving-7b-2026-12-02-lease2-run3-rest): the split below.
+ITL 1.001 (2026-12-02, results-store/1xH200/serving-7b-2026-12-02-sitting2-run3-rest): the split below.
 The 2-core CPU profile records the gaps without bounds: until 2026-12-02 it asserted ITL 5 %, E2EL
 10 %, TPOT 25 %, TTFT 50 %, which held on AMD VMs and failed twice in two runs on an Intel AMX VM
 where half the rounds had a client starved (ServingProfile.bench_bounds). TTFT is not an instrument figure

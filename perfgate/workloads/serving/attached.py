@@ -1,7 +1,7 @@
 """A `vllm serve` that is already running on this machine, measured instead of one the suite starts.
 
 Why: a server start costs 70-140 s (compile, CUDA-graph capture), and `perfgate ab` runs pytest
-twice a round, so a serving A/B of four rounds was eight starts, ~15 min of a lent GPU's 30. Two
+twice a round, so a serving A/B of four rounds was eight starts, ~15 min of a 30-minute GPU job. Two
 servers started once (say vLLM 0.23 in one venv, 0.24 in another, or one with a planted knob) and
 attached per side make a round one load run against each:
 
