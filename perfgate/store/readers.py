@@ -103,7 +103,7 @@ def read_text(path: Path, *, fix: str, error: type[ValueError] = ReadError) -> s
                     f"perhaps corrupted or binary; {fix}") from None
 
 
-def _nesting(value: Any) -> int:
+def nesting(value: Any) -> int:
     """How deep tables and lists nest (iteratively: the point is to refuse what recursion cannot take)."""
     deepest, stack = 0, [(value, 1)]
     while stack:
@@ -148,7 +148,7 @@ def _parsed(path: Path, text: str, what: str, fix: str, error: type[ValueError],
         raise error(f"{path}: not valid TOML ({exc}); {fix}") from None
     except (RecursionError, MemoryError, ValueError) as exc:  # nesting too deep; numbers too long to convert
         raise error(f"{path}: not usable {what} ({type(exc).__name__}: {str(exc)[:80]}); {fix}") from None
-    if _nesting(value) > MAX_NESTING:
+    if nesting(value) > MAX_NESTING:
         raise error(f"{path}: {what} nested deeper than {MAX_NESTING} levels (perfgate's files nest about 10), "
                     f"perhaps not the file meant; {fix}")
     return value

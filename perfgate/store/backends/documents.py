@@ -38,7 +38,7 @@ import numpy as np
 
 from perfgate.judge.metrics import Summary
 from perfgate.machine.hardware_id import HardwareIdError, check_hardware_id
-from perfgate.store.readers import MAX_FILE_BYTES, MAX_NESTING, Checker
+from perfgate.store.readers import MAX_FILE_BYTES, MAX_NESTING, Checker, nesting
 from perfgate.store.safe_paths import PathError, check_area
 from perfgate.store.shapes import check_results_document, check_schema
 
@@ -124,17 +124,6 @@ def sha256_of(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def _nesting(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if isinstance(v, (dict, list)):
-            deepest = max(deepest, depth)
-            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v)
-                         if isinstance(x, (dict, list)))
-    return deepest
-
-
 def parse(raw: bytes, where: str) -> dict:
     """A stored run or digest from its uncompressed bytes, checked down to every value a reader takes."""
     if len(raw) > MAX_FILE_BYTES:
@@ -152,7 +141,7 @@ def parse(raw: bytes, where: str) -> dict:
         raise StoreError(f"{where}: neither a perfgate results file nor a run digest (kind "
                          f"{str(doc.get('kind') if isinstance(doc, dict) else type(doc).__name__)[:40]!r}); "
                          f"results files are written by `pytest --perf-save PATH`")
-    if _nesting(doc) > MAX_NESTING:
+    if nesting(doc) > MAX_NESTING:
         raise StoreError(f"{where}: nested deeper than {MAX_NESTING} levels; {fix}")
     digest = doc["kind"] == DIGEST_KIND
     check_schema(where, doc.get("schema_version"), DIGEST_SCHEMAS if digest else (1,),
