@@ -196,7 +196,9 @@ def test_every_numeric_field_is_checked_at_the_reader(tmp_path, which):
                 BaselineStore(tmp_path).load(HW, "serving") if which == "baseline" else results_mod.load(path)
             assert_names_file_and_key(str(info.value), path, key_path)
             checked += 1
-    assert checked >= 50 * len(REFUSED) - 2
+    # every numeric field the writer puts in each document (a baseline entry of stored samples keeps no
+    # summary the samples give: 45 fields), each refused value tried
+    assert checked >= 40 * len(REFUSED) - 2
 
 
 @FAST
